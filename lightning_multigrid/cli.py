@@ -1,0 +1,99 @@
+"""`lightning-multigrid`: the command line.
+
+``schedule`` previews a schedule. Commands are registered in ``COMMANDS``; each takes its own
+argparse sub-parser and a handler. Settings errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+
+from lightning_multigrid.schedule import MultigridConfig, build_schedule
+
+__all__ = ["main"]
+
+
+def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    base = parser.add_argument_group("baseline run")
+    base.add_argument("--batch-size", type=int, required=True, help="clips per device")
+    base.add_argument("--num-frames", type=int, required=True, help="frames per clip")
+    base.add_argument("--crop-size", type=int, required=True, help="crop in pixels (square)")
+    base.add_argument("--sampling-rate", type=float, default=1, help="frame stride (default 1)")
+    base.add_argument("--max-epochs", type=int, required=True, help="baseline epochs")
+    base.add_argument(
+        "--milestones", type=int, nargs="*", default=[], metavar="M",
+        help="epochs where the LR stages after the first start (stage 0 starts at 0)",
+    )
+    base.add_argument("--gamma", type=float, default=0.1, help="LR decay per stage (default 0.1)")
+    base.add_argument("--devices", type=int, default=1, help="number of devices (default 1)")
+    multigrid = parser.add_argument_group("multigrid")
+    multigrid.add_argument("--epoch-factor", type=float, default=1.5, help="multigrid epochs / baseline (1.5)")
+    multigrid.add_argument("--bn-base-size", type=int, default=8, help="clips per BatchNorm group (8)")
+    multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
+    multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
+    output = parser.add_argument_group("output")
+    output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
+    output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    output.add_argument("--plot", metavar="FILE", help="also write a PNG figure of the schedule")
+
+
+def _run_schedule(args: argparse.Namespace) -> None:
+    from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
+
+    config = MultigridConfig(
+        batch_size=args.batch_size,
+        num_frames=args.num_frames,
+        crop_size=args.crop_size,
+        sampling_rate=args.sampling_rate,
+        max_epochs=args.max_epochs,
+        milestones=tuple(args.milestones),
+        gamma=args.gamma,
+        devices=args.devices,
+        epoch_factor=args.epoch_factor,
+        bn_base_size=args.bn_base_size,
+        long_cycle=not args.no_long_cycle,
+        short_cycle=not args.no_short_cycle,
+    )
+    if args.dataset_size is not None and args.dataset_size <= 0:
+        raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        schedule = build_schedule(config)
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(schedule_to_dict(schedule, args.dataset_size), indent=1))
+    else:
+        print(format_table(schedule, args.dataset_size))
+    if args.plot:
+        plot_schedule(schedule, args.plot, args.dataset_size)
+        print(f"wrote {args.plot}", file=sys.stderr)
+
+
+# name -> (help, add arguments, run)
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
+    "schedule": ("preview the multigrid schedule of a baseline run", _add_schedule_arguments, _run_schedule),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``lightning-multigrid`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="lightning-multigrid", description="Multigrid training for video models.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, add_arguments, _) in COMMANDS.items():
+        add_arguments(commands.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    try:
+        COMMANDS[args.command][2](args)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"lightning-multigrid {args.command}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

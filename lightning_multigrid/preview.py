@@ -1,0 +1,122 @@
+"""Show a schedule before spending GPU time on it: JSON, a text table, a figure (paper, Fig. 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning_multigrid.schedule import MultigridSchedule
+
+__all__ = ["format_table", "plot_schedule", "schedule_to_dict"]
+
+
+def schedule_to_dict(schedule: MultigridSchedule, dataset_size: int | None = None) -> dict[str, Any]:
+    """The schedule as plain data, one entry per epoch (the ``--format json`` contract)."""
+    epochs = []
+    for epoch in range(schedule.max_epochs):
+        stage = schedule.stage_at(epoch)
+        epochs.append(
+            {
+                "epoch": epoch,
+                "lr_stage": stage.lr_stage,
+                "batch_size": stage.shape.batch_size,
+                "num_frames": stage.shape.num_frames,
+                "crop_size": stage.shape.crop_size,
+                "lr_factor": stage.lr_factor,
+                "relative_lr": schedule.relative_lr_at(epoch),
+                "bn": stage.bn.to_dict(),
+                "sampling_rate": list(stage.sampling_rate),
+                "short_cycle": [{"batch_size": g.batch_size, "crop_size": g.crop_size} for g in stage.short_cycle],
+            }
+        )
+    result: dict[str, Any] = {"max_epochs": schedule.max_epochs, "epochs": epochs}
+    if dataset_size is not None:
+        baseline = schedule.baseline_iterations(dataset_size)
+        multigrid = schedule.total_iterations(dataset_size)
+        result["iterations"] = {"baseline": baseline, "multigrid": multigrid, "saving": baseline / multigrid}
+    return result
+
+
+def format_table(schedule: MultigridSchedule, dataset_size: int | None = None) -> str:
+    """A readable table, one row per stage, and a summary line."""
+    header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
+    rows = [header]
+    for stage in schedule.stages:
+        shape = stage.shape
+        short = " ".join(f"{g.batch_size}@{g.crop_size}" for g in stage.short_cycle) or "-"
+        bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
+        low, high = stage.sampling_rate
+        rows.append(
+            (
+                f"{stage.start_epoch}-{stage.end_epoch}" + (" (fine-tune)" if stage.fine_tuning else ""),
+                str(stage.lr_stage),
+                f"{schedule.relative_lr_at(stage.start_epoch):g}",
+                f"{shape.batch_size} x {shape.num_frames} x {shape.crop_size}",
+                short,
+                bn[stage.bn.mode],
+                f"{low:g}-{high:g}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    config = schedule.config
+    summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
+    if dataset_size is not None:
+        baseline = schedule.baseline_iterations(dataset_size)
+        multigrid = schedule.total_iterations(dataset_size)
+        summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
+    return "\n".join([*lines, "", summary])
+
+
+def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: int | None = None) -> None:
+    """Draw per-iteration batch shapes over training with the relative LR overlaid (paper, Fig. 2).
+
+    The black line is the batch of every iteration (the short cycle shows as its saw-tooth), the
+    background colour the long-cycle shape, the red line the relative LR. Without
+    ``dataset_size`` an epoch is 30 iterations of the base batch, enough to show the short cycle.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clips = dataset_size or 30 * schedule.config.batch_size * schedule.config.devices
+    # Iteration where each epoch starts, then per-iteration batch sizes and the LR per epoch.
+    epoch_starts = [0]
+    for epoch in range(schedule.max_epochs):
+        epoch_starts.append(epoch_starts[-1] + schedule.iterations_in_epoch(epoch, clips))
+    batches = [
+        schedule.short_cycle_at(epoch, i).batch_size
+        for epoch in range(schedule.max_epochs)
+        for i in range(epoch_starts[epoch + 1] - epoch_starts[epoch])
+    ]
+    lrs = [schedule.relative_lr_at(epoch) for epoch in range(schedule.max_epochs)]
+
+    figure, axis = plt.subplots(figsize=(12, 4))
+    shapes = sorted({(s.shape.num_frames, s.shape.crop_size) for s in schedule.stages})
+    palette = plt.get_cmap("viridis", max(len(shapes), 2))
+    for stage in schedule.stages:
+        key = (stage.shape.num_frames, stage.shape.crop_size)
+        start, end = epoch_starts[stage.start_epoch], epoch_starts[stage.end_epoch]
+        axis.axvspan(start, end, color=palette(shapes.index(key)), alpha=0.35, linewidth=0)
+    for index, (num_frames, crop_size) in enumerate(shapes):
+        axis.fill_between([], [], color=palette(index), alpha=0.35, label=f"{num_frames} frames x {crop_size}px")
+    axis.stairs(batches, range(len(batches) + 1), color="black", linewidth=0.6, label="batch (short cycle)")
+    axis.set_xlabel("iteration (per device)")
+    axis.set_ylabel("clips per device")
+    axis.set_xlim(0, len(batches))
+    axis.set_ylim(0, max(batches) * 1.1)
+    axis.legend(loc="upper right", fontsize=7)
+    lr_axis = axis.twinx()
+    lr_axis.stairs(lrs, epoch_starts, color="crimson", linewidth=1.5)
+    lr_axis.set_yscale("log")
+    lr_axis.set_ylabel("relative LR (log)", color="crimson")
+    config = schedule.config
+    axis.set_title(
+        f"Multigrid schedule: {schedule.max_epochs} epochs (baseline {config.max_epochs}), "
+        f"base {config.batch_size} x {config.num_frames} x {config.crop_size}"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

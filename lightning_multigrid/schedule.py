@@ -1,0 +1,536 @@
+"""The multigrid schedule (Wu et al., CVPR 2020): pure Python, no torch.
+
+A schedule is built once from the baseline run's settings and answers, for any 0-based epoch
+(and iteration, for the short cycle), which grid to train on, with which learning-rate factor
+and which BatchNorm grouping. Everything here is plain numbers; the Lightning callback and the
+data module only read it.
+
+Example::
+
+    schedule = build_schedule(MultigridConfig(
+        batch_size=8, num_frames=32, crop_size=224, sampling_rate=2,
+        milestones=(94, 154, 196), max_epochs=239, devices=8))
+    schedule.max_epochs                # 358
+    schedule.stage_at(0).shape         # GridShape(batch_size=64, num_frames=8, crop_size=158)
+    schedule.short_cycle_at(0, 0)      # GridShape(batch_size=128, num_frames=8, crop_size=112)
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "DEFAULT_LONG_CYCLE_FACTORS",
+    "DEFAULT_SHORT_CYCLE_FACTORS",
+    "BNPlan",
+    "GridShape",
+    "MultigridConfig",
+    "MultigridSchedule",
+    "ShortScheduleWarning",
+    "Stage",
+    "build_schedule",
+    "plan_batchnorm",
+]
+
+# (t_factor, s_factor) of the long-cycle base shapes, coarsest first (paper, Section 3.2).
+DEFAULT_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = (
+    (0.25, 0.5**0.5),
+    (0.5, 0.5**0.5),
+    (0.5, 1.0),
+    (1.0, 1.0),
+)
+# Crop factors of the first two short-cycle iterations, relative to the baseline crop.
+DEFAULT_SHORT_CYCLE_FACTORS: tuple[float, float] = (0.5, 0.5**0.5)
+
+
+class ShortScheduleWarning(UserWarning):
+    """The schedule is too short for every long-cycle shape to get a whole epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class GridShape:
+    """The shape of one mini-batch: ``(batch_size, C, num_frames, crop_size, crop_size)``."""
+
+    batch_size: int  # clips per device
+    num_frames: int
+    crop_size: int  # pixels, square
+
+
+@dataclass(frozen=True, slots=True)
+class BNPlan:
+    """How BatchNorm groups samples for one epoch.
+
+    ``plain``: statistics over the device's batch. ``split``: over ``num_splits`` interleaved
+    groups of the device's batch. ``sync``: over the batches of ``group_size`` consecutive ranks.
+    """
+
+    mode: Literal["plain", "split", "sync"] = "plain"
+    num_splits: int = 1
+    group_size: int = 1
+
+    def to_dict(self) -> dict[str, object]:
+        if self.mode == "split":
+            return {"mode": "split", "num_splits": self.num_splits}
+        if self.mode == "sync":
+            return {"mode": "sync", "group_size": self.group_size}
+        return {"mode": "plain"}
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """A run of whole epochs ``[start_epoch, end_epoch)`` with one grid and one LR stage.
+
+    Attributes:
+        lr_stage: index of the baseline LR stage whose learning rate is used.
+        shape: the long-cycle grid (per-device batch, frames, crop).
+        lr_factor: long-cycle relative batch ``r``; the learning rate is multiplied by it.
+        short_cycle: grids of iterations ``i % 3 == 0, 1, 2``; empty when the short cycle is off.
+        bn: BatchNorm grouping, decided by the long-cycle batch (the short cycle keeps it).
+        sampling_rate: ``(min, max)`` frame stride for clips of ``shape.num_frames`` frames.
+        fine_tuning: whether this is (a half of) the fine-tuning phase.
+    """
+
+    start_epoch: int
+    end_epoch: int
+    lr_stage: int
+    shape: GridShape
+    lr_factor: int
+    short_cycle: tuple[GridShape, ...]
+    bn: BNPlan
+    sampling_rate: tuple[float, float]
+    fine_tuning: bool = False
+
+    @property
+    def num_epochs(self) -> int:
+        return self.end_epoch - self.start_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class MultigridConfig:
+    """The baseline run's settings and the multigrid options.
+
+    Args:
+        batch_size: baseline clips per device ``B``.
+        num_frames: baseline frames per clip ``T``.
+        crop_size: baseline crop ``S`` in pixels.
+        max_epochs: baseline number of epochs.
+        milestones: epochs (0-based) where the baseline LR stages after the first start,
+            strictly increasing, each in ``(0, max_epochs)``.
+        sampling_rate: baseline frame stride ``tau``.
+        gamma: LR decay per baseline stage (used for ``relative_lr`` only).
+        devices: number of devices (ranks) training together.
+        long_cycle: vary frames and crop over epochs.
+        short_cycle: vary the crop every iteration.
+        epoch_factor: multigrid epochs relative to ``max_epochs``.
+        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first,
+            each factor in ``(0, 1]``; the last one is usually ``(1, 1)``.
+        short_cycle_factors: crop factors of the two smaller short-cycle iterations, in
+            ``(0, 1]``, relative to the baseline crop.
+        bn_base_size: clips over which BatchNorm computes statistics.
+        jitter_scales: ``(min, max)`` short side in pixels before the baseline crop; default
+            ``(256, 320) * S / 224``.
+    """
+
+    batch_size: int
+    num_frames: int
+    crop_size: int
+    max_epochs: int
+    milestones: tuple[int, ...] = ()
+    sampling_rate: float = 1
+    gamma: float = 0.1
+    devices: int = 1
+    long_cycle: bool = True
+    short_cycle: bool = True
+    epoch_factor: float = 1.5
+    long_cycle_factors: tuple[tuple[float, float], ...] = DEFAULT_LONG_CYCLE_FACTORS
+    short_cycle_factors: tuple[float, float] = DEFAULT_SHORT_CYCLE_FACTORS
+    bn_base_size: int = 8
+    jitter_scales: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "num_frames", "crop_size", "max_epochs", "devices", "bn_base_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in ("sampling_rate", "epoch_factor", "gamma"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
+                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+        object.__setattr__(self, "milestones", tuple(self.milestones))
+        object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
+        object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
+        previous = 0
+        for milestone in self.milestones:
+            if not isinstance(milestone, int) or isinstance(milestone, bool):
+                raise ValueError(f"`milestones` must be integers (epochs), got {self.milestones!r}.")
+            if milestone <= previous:
+                raise ValueError(
+                    f"`milestones` must be strictly increasing and > 0, got {list(self.milestones)!r}."
+                )
+            previous = milestone
+        if self.milestones and self.milestones[-1] >= self.max_epochs:
+            raise ValueError(
+                f"`milestones` must be < `max_epochs`={self.max_epochs}, got {list(self.milestones)!r}."
+            )
+        if not self.long_cycle_factors:
+            raise ValueError("`long_cycle_factors` must name at least one shape, got ().")
+        for pair in self.long_cycle_factors:
+            if len(pair) != 2 or not all(_is_factor(f) for f in pair):
+                raise ValueError(
+                    f"`long_cycle_factors` must be (t_factor, s_factor) pairs in (0, 1], got {pair!r}."
+                )
+        if len(self.short_cycle_factors) != 2 or not all(_is_factor(f) for f in self.short_cycle_factors):
+            raise ValueError(
+                f"`short_cycle_factors` must be two factors in (0, 1], got {self.short_cycle_factors!r}."
+            )
+        if self.jitter_scales is not None:
+            low, high = self.jitter_scales
+            if not 0 < low <= high:
+                raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {self.jitter_scales!r}.")
+            if low < self.crop_size:
+                raise ValueError(
+                    f"`jitter_scales` min {low} is smaller than `crop_size`={self.crop_size}: "
+                    "the crop would not fit; raise the min scale."
+                )
+
+    @property
+    def num_lr_stages(self) -> int:
+        return len(self.milestones) + 1
+
+    def lr_stage_bounds(self, lr_stage: int) -> tuple[int, int]:
+        """Baseline epochs ``[start, end)`` of an LR stage."""
+        edges = (0, *self.milestones, self.max_epochs)
+        return edges[lr_stage], edges[lr_stage + 1]
+
+
+@dataclass(frozen=True, slots=True)
+class MultigridSchedule:
+    """The whole multigrid training plan: contiguous, non-empty stages covering all epochs.
+
+    Build it with :func:`build_schedule`. All epochs and iterations are 0-based.
+    """
+
+    config: MultigridConfig
+    stages: tuple[Stage, ...]
+    # Multigrid epoch where each baseline LR stage starts, plus the end; maps LR progress.
+    lr_stage_starts: tuple[int, ...]
+    _stage_ends: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_stage_ends", tuple(s.end_epoch for s in self.stages))
+
+    @property
+    def max_epochs(self) -> int:
+        """Multigrid epochs in total."""
+        return self.stages[-1].end_epoch
+
+    @property
+    def base_shape(self) -> GridShape:
+        c = self.config
+        return GridShape(c.batch_size, c.num_frames, c.crop_size)
+
+    def stage_at(self, epoch: int) -> Stage:
+        """The stage that contains ``epoch``; epochs past the end stay in the last stage."""
+        if epoch < 0:
+            raise ValueError(f"`epoch` must be >= 0, got {epoch!r}.")
+        index = bisect.bisect_right(self._stage_ends, epoch)
+        return self.stages[min(index, len(self.stages) - 1)]
+
+    def short_cycle_at(self, epoch: int, iteration: int) -> GridShape:
+        """The grid of 0-based ``iteration`` of ``epoch`` (the long-cycle grid without short cycle)."""
+        stage = self.stage_at(epoch)
+        if not stage.short_cycle:
+            return stage.shape
+        return stage.short_cycle[iteration % len(stage.short_cycle)]
+
+    def relative_lr_at(self, epoch: int) -> float:
+        """``gamma ** lr_stage * lr_factor``: the reference implementation's relative LR."""
+        stage = self.stage_at(epoch)
+        return self.config.gamma**stage.lr_stage * stage.lr_factor
+
+    def jitter_scales_for(self, crop_size: int) -> tuple[int, int]:
+        """Short-side range in pixels for a crop: the minimum scales with the crop, the maximum not."""
+        low, high = self.config.jitter_scales or _default_jitter_scales(self.config.crop_size)
+        return round(low * crop_size / self.config.crop_size), high
+
+    def baseline_epoch_at(self, epoch: float) -> float:
+        """Map a (fractional) multigrid epoch onto the baseline run's timeline.
+
+        Multigrid LR stage ``i`` (``lr_stage_starts[i]`` to ``lr_stage_starts[i+1]``) covers
+        baseline LR stage ``i`` linearly, so a schedule written for the baseline (step, cosine,
+        warm-up, one-cycle) sees baseline progress.
+        """
+        starts = self.lr_stage_starts
+        epoch = min(max(epoch, 0.0), float(starts[-1]))
+        i = min(bisect.bisect_right(starts, epoch) - 1, len(starts) - 2)
+        base_start, base_end = self.config.lr_stage_bounds(i)
+        progress = (epoch - starts[i]) / (starts[i + 1] - starts[i])
+        return base_start + progress * (base_end - base_start)
+
+    def iterations_in_epoch(self, epoch: int, dataset_size: int) -> int:
+        """Iterations per device of ``epoch`` over ``dataset_size`` clips, equal on every rank.
+
+        Each rank gets ``ceil(dataset_size / devices)`` clips (padded, as ``DistributedSampler``
+        does); the last batch may be partial.
+        """
+        if dataset_size <= 0:
+            raise ValueError(f"`dataset_size` must be a positive integer, got {dataset_size!r}.")
+        stage = self.stage_at(epoch)
+        clips = math.ceil(dataset_size / self.config.devices)
+        sizes = [g.batch_size for g in stage.short_cycle] or [stage.shape.batch_size]
+        full_cycles, remainder = divmod(clips, sum(sizes))
+        iterations = full_cycles * len(sizes)
+        for size in sizes:
+            if remainder <= 0:
+                break
+            remainder -= size
+            iterations += 1
+        return iterations
+
+    def total_iterations(self, dataset_size: int) -> int:
+        """Iterations per device over the whole multigrid run."""
+        return sum(s.num_epochs * self.iterations_in_epoch(s.start_epoch, dataset_size) for s in self.stages)
+
+    def baseline_iterations(self, dataset_size: int) -> int:
+        """Iterations per device of the baseline run (fixed base shape, ``max_epochs`` epochs)."""
+        clips = math.ceil(dataset_size / self.config.devices)
+        return self.config.max_epochs * math.ceil(clips / self.config.batch_size)
+
+    def distinct_grids(self) -> tuple[GridShape, ...]:
+        """Every grid training will see, in order of first use."""
+        grids: dict[GridShape, None] = {}
+        for stage in self.stages:
+            for grid in stage.short_cycle or (stage.shape,):
+                grids[grid] = None
+        return tuple(grids)
+
+
+def plan_batchnorm(batch_size: int, bn_base_size: int, devices: int) -> BNPlan:
+    """BatchNorm grouping so statistics cover about ``bn_base_size`` clips.
+
+    Args:
+        batch_size: long-cycle clips per device.
+        bn_base_size: target clips per statistics group.
+        devices: number of ranks.
+
+    Raises:
+        ValueError: when a cross-rank group of the needed size does not divide ``devices``.
+    """
+    if batch_size > bn_base_size:
+        num_splits = round(batch_size / bn_base_size)
+        return BNPlan("split", num_splits=num_splits) if num_splits > 1 else BNPlan()
+    group_size = min(round(bn_base_size / batch_size), devices)
+    if group_size <= 1:
+        return BNPlan()
+    if devices % group_size:
+        raise ValueError(
+            f"A batch of {batch_size} clips per device cannot be grouped into BatchNorm statistics of "
+            f"`bn_base_size`={bn_base_size}: that needs groups of {group_size} ranks, which do not "
+            f"divide `devices`={devices}. Choose a `bn_base_size` that is a multiple of the batch "
+            "and whose ratio divides the device count."
+        )
+    return BNPlan("sync", group_size=group_size)
+
+
+def build_schedule(config: MultigridConfig) -> MultigridSchedule:
+    """Build the multigrid schedule for ``config`` (DESIGN.md, section 1).
+
+    Warns with :class:`ShortScheduleWarning` and drops the shortest long-cycle shapes when there
+    are fewer epochs than shapes.
+
+    Raises:
+        ValueError: when a batch cannot be grouped for BatchNorm, or there are fewer multigrid
+            epochs than baseline LR stages.
+    """
+    if config.long_cycle:
+        pieces, lengths = _long_cycle_pieces(config)
+    else:
+        pieces, lengths = _lr_stage_pieces(config)
+    factor = 1.0 if not (config.long_cycle or config.short_cycle) else config.epoch_factor
+    total_epochs = round(config.max_epochs * factor)
+    pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs)
+
+    stages: list[Stage] = []
+    start = 0
+    for piece, end in zip(pieces, ends):
+        if piece.fine_tuning and piece.split_lr:
+            # First half at the LR of stage L-2, second half at that of stage L-1.
+            middle = (start + end) // 2
+            stages.append(_make_stage(config, piece, start, middle, piece.lr_stage - 1))
+            start = middle
+        stages.append(_make_stage(config, piece, start, end, piece.lr_stage))
+        start = end
+
+    lr_starts = [next(s.start_epoch for s in stages if s.lr_stage == i) for i in range(config.num_lr_stages)]
+    return MultigridSchedule(config, tuple(stages), (*lr_starts, stages[-1].end_epoch))
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A stage before whole epochs are assigned: LR stage, long-cycle factors, exact length."""
+
+    lr_stage: int
+    t_factor: float
+    s_factor: float
+    fine_tuning: bool = False
+    split_lr: bool = False  # fine-tuning that spans two LR stages
+
+
+def _long_cycle_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]]:
+    """One long cycle per LR stage but the last; the last is the fine-tuning phase.
+
+    Each shape gets the same number of iterations within a stage, so its share of the stage's
+    epochs is proportional to its average batch. Without milestones the whole run is one cycle.
+    """
+    avg_batches = [_average_relative_batch(config, t, s) for t, s in config.long_cycle_factors]
+    edges = (0, *config.milestones, config.max_epochs)
+    cycled_stages = max(config.num_lr_stages - 1, 1)
+    pieces: list[_Piece] = []
+    lengths: list[float] = []
+    relative_iterations = 0.0
+    for lr_stage in range(cycled_stages):
+        stage_epochs = edges[lr_stage + 1] - edges[lr_stage]
+        for (t, s), avg in zip(config.long_cycle_factors, avg_batches):
+            epochs = stage_epochs * avg / sum(avg_batches)
+            pieces.append(_Piece(lr_stage, t, s))
+            lengths.append(epochs)
+            relative_iterations += epochs / avg
+    if config.num_lr_stages > 1:
+        # The fine-tuning phase keeps the iteration saving of the cycled stages.
+        saving = edges[-2] / relative_iterations
+        last = config.num_lr_stages - 1
+        pieces.append(_Piece(last, 1.0, 1.0, fine_tuning=True, split_lr=True))
+        lengths.append((edges[-1] - edges[-2]) / saving * _average_relative_batch(config, 1.0, 1.0))
+    return pieces, lengths
+
+
+def _lr_stage_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]]:
+    """Without the long cycle, stages are the baseline LR stages at the base shape."""
+    edges = (0, *config.milestones, config.max_epochs)
+    pieces = [_Piece(i, 1.0, 1.0) for i in range(config.num_lr_stages)]
+    return pieces, [float(edges[i + 1] - edges[i]) for i in range(config.num_lr_stages)]
+
+
+def _allocate_epochs(
+    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int
+) -> tuple[list[_Piece], list[int]]:
+    """Scale exact lengths to ``target`` epochs and round the cumulative ends, as the reference.
+
+    Then repair what rounding breaks on short schedules: every piece gets at least one epoch
+    (fine-tuning two, one per LR half), taken from the longest pieces; when the epochs cannot
+    cover every long-cycle shape, the shortest shapes are dropped (never an LR stage's last one).
+    """
+    pieces, lengths = list(pieces), list(lengths)
+    dropped: list[_Piece] = []
+    while sum(_minimum_epochs(p) for p in pieces) > total_epochs:
+        droppable = [
+            i for i, p in enumerate(pieces)
+            if not p.fine_tuning and sum(q.lr_stage == p.lr_stage for q in pieces) > 1
+        ]
+        if not droppable:
+            break
+        index = min(droppable, key=lambda i: lengths[i])
+        dropped.append(pieces.pop(index))
+        lengths.pop(index)
+    if pieces[-1].split_lr and sum(_minimum_epochs(p) for p in pieces) > total_epochs:
+        pieces[-1] = _Piece(pieces[-1].lr_stage, 1.0, 1.0, fine_tuning=True, split_lr=False)
+        warnings.warn(
+            f"{total_epochs} multigrid epochs are too few to split fine-tuning over two LR stages; "
+            "it runs at the last stage's LR only.",
+            ShortScheduleWarning,
+            stacklevel=3,
+        )
+    if len(pieces) > total_epochs:
+        raise ValueError(
+            f"The schedule has {total_epochs} multigrid epochs, fewer than its {len(pieces)} LR stages: "
+            "raise `max_epochs` or `epoch_factor`, or use fewer `milestones`."
+        )
+    if dropped:
+        warnings.warn(
+            f"{total_epochs} multigrid epochs are too few for every long-cycle shape to get an epoch: "
+            f"dropped {len(dropped)} of the shortest long-cycle stages "
+            f"(LR stage, t_factor, s_factor: {[(p.lr_stage, p.t_factor, p.s_factor) for p in dropped]}). "
+            "Raise `max_epochs` or `epoch_factor` to train every shape.",
+            ShortScheduleWarning,
+            stacklevel=3,
+        )
+
+    scale = target / sum(lengths)
+    ends, cumulative = [], 0.0
+    for length in lengths:
+        cumulative += length * scale
+        ends.append(round(cumulative))
+    ends[-1] = total_epochs
+    epochs = [end - start for start, end in zip([0, *ends], ends)]
+    minimum = [_minimum_epochs(p) for p in pieces]
+    for i in range(len(epochs)):
+        while epochs[i] < minimum[i]:
+            donor = max(range(len(epochs)), key=lambda j: epochs[j] - minimum[j])
+            epochs[donor] -= 1
+            epochs[i] += 1
+    ends = [sum(epochs[: i + 1]) for i in range(len(epochs))]
+    return pieces, ends
+
+
+def _minimum_epochs(piece: _Piece) -> int:
+    return 2 if piece.split_lr else 1
+
+
+def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr_stage: int) -> Stage:
+    num_frames = max(1, round(config.num_frames * piece.t_factor))
+    crop_size = max(1, round(config.crop_size * piece.s_factor))
+    relative_batch = _relative_batch(config, num_frames, crop_size)
+    shape = GridShape(config.batch_size * relative_batch, num_frames, crop_size)
+    short_cycle: tuple[GridShape, ...] = ()
+    if config.short_cycle:
+        short_cycle = tuple(
+            GridShape(shape.batch_size * round((crop_size / short_crop) ** 2), num_frames, short_crop)
+            for short_crop in _short_cycle_crops(config)
+        ) + (shape,)
+    stride = config.sampling_rate
+    return Stage(
+        start_epoch=start,
+        end_epoch=end,
+        lr_stage=lr_stage,
+        shape=shape,
+        lr_factor=relative_batch,
+        short_cycle=short_cycle,
+        bn=plan_batchnorm(shape.batch_size, config.bn_base_size, config.devices),
+        sampling_rate=(float(stride), stride * config.num_frames / num_frames),
+        fine_tuning=piece.fine_tuning,
+    )
+
+
+def _relative_batch(config: MultigridConfig, num_frames: int, crop_size: float) -> int:
+    """Equation 1: batch relative to the baseline so every iteration costs about the same."""
+    ratio = config.num_frames * config.crop_size**2 / (num_frames * crop_size**2)
+    return max(1, round(ratio))
+
+
+def _short_cycle_crops(config: MultigridConfig) -> tuple[int, ...]:
+    return tuple(max(1, round(f * config.crop_size)) for f in config.short_cycle_factors)
+
+
+def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: float) -> float:
+    """Average relative batch of a long-cycle shape over its short cycle (itself when off).
+
+    As in the reference implementation, short-cycle crops enter unrounded here.
+    """
+    num_frames = max(1, round(config.num_frames * t_factor))
+    crops = [max(1, round(config.crop_size * s_factor))]
+    if config.short_cycle:
+        crops = [f * config.crop_size for f in config.short_cycle_factors] + crops
+    return sum(_relative_batch(config, num_frames, c) for c in crops) / len(crops)
+
+
+def _default_jitter_scales(crop_size: int) -> tuple[int, int]:
+    # 256-320 for a 224 crop, the Kinetics convention, scaled to other crops.
+    return round(256 * crop_size / 224), round(320 * crop_size / 224)
+
+
+def _is_factor(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
