@@ -521,7 +521,7 @@ def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: 
     As in the reference implementation, short-cycle crops enter unrounded here.
     """
     num_frames = max(1, round(config.num_frames * t_factor))
-    crops = [max(1, round(config.crop_size * s_factor))]
+    crops: list[float] = [max(1, round(config.crop_size * s_factor))]
     if config.short_cycle:
         crops = [f * config.crop_size for f in config.short_cycle_factors] + crops
     return sum(_relative_batch(config, num_frames, c) for c in crops) / len(crops)

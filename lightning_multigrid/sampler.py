@@ -1,0 +1,242 @@
+"""Batch sampling for multigrid training: one grid per iteration, equal length on every rank.
+
+:class:`ShortCycleBatchSampler` turns a stream of video indices into mini-batches of
+:class:`~lightning_multigrid.data.request.ClipRequest`, each batch at the grid the schedule gives
+for its iteration (the long-cycle grid of the epoch, the short-cycle position from the
+iteration). Workers decode straight to that grid; nothing downstream has to know about the
+schedule.
+
+It works in a plain PyTorch loop and under Lightning: it subclasses ``BatchSampler``, takes the
+index sampler as its first argument ``sampler`` and keeps every ``__init__`` argument as an
+attribute of the same name, so Lightning can swap in its ``DistributedSampler``. Lightning calls
+``set_epoch`` on that inner sampler only, so the epoch is read from ``sampler.epoch``.
+
+Example::
+
+    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=16, crop_size=112,
+                                              max_epochs=30, milestones=(20,)))
+    sampler = EpochShardSampler(len(dataset), num_replicas=world_size, rank=rank, seed=0)
+    batch_sampler = ShortCycleBatchSampler(sampler, schedule, seed=0)
+    loader = DataLoader(dataset, batch_sampler=batch_sampler, num_workers=8)
+    for epoch in range(schedule.max_epochs):
+        batch_sampler.set_epoch(epoch)
+        for batch in loader:
+            ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence, Sized
+
+from torch.utils.data import BatchSampler, DistributedSampler, Sampler
+
+from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.schedule import MultigridSchedule
+
+__all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed", "count_batches"]
+
+_MASK64 = (1 << 64) - 1
+
+
+class EpochShardSampler(DistributedSampler):  # type: ignore[type-arg]
+    """Indices ``0 .. dataset_size - 1`` for one rank, reshuffled every epoch.
+
+    Exactly :class:`torch.utils.data.DistributedSampler` over ``range(dataset_size)`` with the
+    rank and world size given explicitly (no process group needed): the index list is shuffled
+    with ``seed + epoch``, padded by repeating its head so every rank gets
+    ``ceil(dataset_size / num_replicas)`` indices, and rank ``r`` takes every
+    ``num_replicas``-th index starting at ``r``.
+
+    Args:
+        dataset_size: number of items (clips) in the dataset.
+        num_replicas: number of ranks.
+        rank: 0-based rank of this process.
+        shuffle: shuffle the indices (with ``seed + epoch``).
+        seed: base seed of the shuffle; must be the same on every rank.
+        drop_last: drop the tail instead of padding, so no index repeats.
+
+    Raises:
+        ValueError: when ``dataset_size`` or ``num_replicas`` is not positive or ``rank`` is not in
+            ``[0, num_replicas)``.
+    """
+
+    def __init__(
+        self,
+        dataset_size: int,
+        *,
+        num_replicas: int = 1,
+        rank: int = 0,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size <= 0:
+            raise ValueError(f"`dataset_size` must be a positive integer, got {dataset_size!r}.")
+        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas <= 0:
+            raise ValueError(f"`num_replicas` must be a positive integer, got {num_replicas!r}.")
+        if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"`rank` must be in [0, `num_replicas`={num_replicas}), got {rank!r}.")
+        super().__init__(
+            range(dataset_size),  # type: ignore[arg-type]
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+        )
+        self.dataset_size = dataset_size
+
+
+class ShortCycleBatchSampler(BatchSampler):
+    """Mini-batches of clip requests at the schedule's grid of every iteration.
+
+    Iteration ``i`` of epoch ``e`` takes the next ``schedule.short_cycle_at(e, i).batch_size``
+    indices from ``sampler`` (consecutively; the last batch may be partial) and yields one
+    :class:`ClipRequest` per index with that grid's ``num_frames`` and ``crop_size``, the stage's
+    frame-stride range and the jitter range for the crop. Every clip gets its own ``seed``, a
+    hash of (``seed``, epoch, position of the clip in the epoch over all ranks), so a seeded run
+    decodes the same clips whatever the number of workers, and no two clips of a run share one.
+
+    The epoch is the inner sampler's ``epoch`` (``DistributedSampler`` and
+    :class:`EpochShardSampler` have one; Lightning calls ``set_epoch`` on the inner sampler
+    only); :meth:`set_epoch` sets it on both. Every rank yields the same number of batches with
+    the same sequence of shapes as long as the inner samplers have the same length, which
+    ``DistributedSampler`` guarantees.
+
+    Args:
+        sampler: index sampler with a length, usually :class:`EpochShardSampler` or
+            ``DistributedSampler``; its indices are dataset indices.
+        schedule: the multigrid schedule (a plain fixed-shape schedule for the baseline).
+        drop_last: drop the last batch of an epoch when it is smaller than its grid's batch.
+        seed: base seed of the per-clip random draws.
+        start_epoch: when given, ``sampler.set_epoch(start_epoch)`` is called here, so the length
+            is right before anyone calls ``set_epoch`` (Lightning sizes an epoch before it sets
+            the epoch, and re-creates this object with the arguments it was built with).
+
+    Raises:
+        TypeError: when ``sampler`` has no length.
+        ValueError: when ``start_epoch`` is negative.
+    """
+
+    def __init__(
+        self,
+        sampler: Sampler[int] | Iterable[int],
+        schedule: MultigridSchedule,
+        drop_last: bool = False,
+        seed: int = 0,
+        start_epoch: int | None = None,
+    ) -> None:
+        # BatchSampler.__init__ is not called: it validates one fixed `batch_size`, and ours
+        # changes every iteration.
+        if not isinstance(sampler, Sized):
+            raise TypeError(
+                f"`sampler` must have a length (epochs are counted in batches), got {type(sampler).__name__}."
+            )
+        if start_epoch is not None and (isinstance(start_epoch, bool) or start_epoch < 0):
+            raise ValueError(f"`start_epoch` must be None or >= 0, got {start_epoch!r}.")
+        self.sampler = sampler
+        self.schedule = schedule
+        self.drop_last = drop_last
+        self.seed = seed
+        self.start_epoch = start_epoch
+        self._epoch = 0  # used only when the inner sampler keeps no epoch
+        if start_epoch is not None:
+            self.set_epoch(start_epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The 0-based epoch the next iteration serves: the inner sampler's ``epoch`` if it has one."""
+        epoch = getattr(self.sampler, "epoch", None)
+        return self._epoch if epoch is None else int(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the 0-based epoch here and on the inner sampler (which reshuffles with it)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"`epoch` must be an integer >= 0, got {epoch!r}.")
+        self._epoch = epoch
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[ClipRequest]]:  # type: ignore[override]
+        epoch = self.epoch
+        stage = self.schedule.stage_at(epoch)
+        stride_range = (float(stage.sampling_rate[0]), float(stage.sampling_rate[1]))
+        # Seeds are keyed by the clip's position in the global (all-rank) epoch order, which is
+        # how DistributedSampler interleaves: rank r holds global positions r, r + n, r + 2n, ...
+        num_replicas = int(getattr(self.sampler, "num_replicas", 1))
+        rank = int(getattr(self.sampler, "rank", 0))
+
+        iteration = 0
+        position = 0
+        grid = self.schedule.short_cycle_at(epoch, iteration)
+        scale_range = self.schedule.jitter_scales_for(grid.crop_size)
+        batch: list[ClipRequest] = []
+        for index in self.sampler:
+            seed = clip_seed(self.seed, epoch, position * num_replicas + rank)
+            batch.append(
+                ClipRequest(int(index), grid.num_frames, grid.crop_size, stride_range, scale_range, seed)
+            )
+            position += 1
+            if len(batch) == grid.batch_size:
+                yield batch
+                batch = []
+                iteration += 1
+                grid = self.schedule.short_cycle_at(epoch, iteration)
+                scale_range = self.schedule.jitter_scales_for(grid.crop_size)
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches in the current epoch over ``len(sampler)`` clips (equal on every rank)."""
+        stage = self.schedule.stage_at(self.epoch)
+        sizes = [grid.batch_size for grid in stage.short_cycle] or [stage.shape.batch_size]
+        return count_batches(len(self.sampler), sizes, drop_last=self.drop_last)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(sampler={self.sampler!r}, epoch={self.epoch}, "
+            f"drop_last={self.drop_last}, seed={self.seed})"
+        )
+
+
+def count_batches(num_clips: int, batch_sizes: Sequence[int], drop_last: bool = False) -> int:
+    """Batches that ``num_clips`` clips fill when batch ``i`` holds ``batch_sizes[i % len]`` clips.
+
+    The same counting as :meth:`MultigridSchedule.iterations_in_epoch`, over a given number of
+    clips per rank. Example: 10 clips, sizes ``(4, 2, 1)``: ``4 + 2 + 1 = 7`` (3 batches), then
+    3 clips left fill a partial batch of 4 -> 4 batches, or 3 with ``drop_last``.
+    """
+    if num_clips < 0:
+        raise ValueError(f"`num_clips` must be >= 0, got {num_clips!r}.")
+    if not batch_sizes or any(size <= 0 for size in batch_sizes):
+        raise ValueError(f"`batch_sizes` must be positive integers, got {list(batch_sizes)!r}.")
+    full_cycles, remainder = divmod(num_clips, sum(batch_sizes))
+    batches = full_cycles * len(batch_sizes)
+    for size in batch_sizes:
+        if remainder <= 0:
+            break
+        if remainder < size and drop_last:
+            break
+        remainder -= size
+        batches += 1
+    return batches
+
+
+def clip_seed(seed: int, epoch: int, position: int) -> int:
+    """A 63-bit seed for the clip at 0-based ``position`` of ``epoch`` (SplitMix64 chained).
+
+    Deterministic across processes and Python versions (no ``hash()``), and different for every
+    (seed, epoch, position) in practice.
+    """
+    state = 0
+    for value in (seed, epoch, position):
+        state = _splitmix64((state ^ (value & _MASK64)) & _MASK64)
+    return state >> 1
+
+
+def _splitmix64(value: int) -> int:
+    value = (value + 0x9E3779B97F4A7C15) & _MASK64
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return value ^ (value >> 31)

@@ -1,0 +1,275 @@
+"""The multigrid schedule: reference numbers, invariants, short schedules, bad settings."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from lightning_multigrid.schedule import (
+    BNPlan,
+    GridShape,
+    MultigridConfig,
+    ShortScheduleWarning,
+    build_schedule,
+    plan_batchnorm,
+)
+
+# The Kinetics SlowFast 8x8 R50 configuration of the reference implementation.
+KINETICS = dict(
+    batch_size=8, devices=8, num_frames=32, crop_size=224, sampling_rate=2,
+    milestones=(94, 154, 196), max_epochs=239,
+)
+
+
+def _ends(schedule):
+    return [stage.end_epoch for stage in schedule.stages]
+
+
+def test_kinetics_long_and_short_cycle_matches_reference():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    assert schedule.max_epochs == 358
+    long_cycle = [s for s in schedule.stages if not s.fine_tuning]
+    assert [s.end_epoch for s in long_cycle] == [73, 110, 142, 158, 205, 228, 248, 259, 291, 308, 322, 329]
+    fine_tuning = [s for s in schedule.stages if s.fine_tuning]
+    # (329 + 358) // 2 = 343: the reference's LR drop inside fine-tuning.
+    assert [(s.start_epoch, s.end_epoch, s.lr_stage) for s in fine_tuning] == [(329, 343, 2), (343, 358, 3)]
+    saving = schedule.baseline_iterations(240_000) / schedule.total_iterations(240_000)
+    assert saving == pytest.approx(3.42, abs=0.02)
+
+
+def test_kinetics_shapes_lr_and_bn():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    # T*S^2 = 32*224^2 = 1605632; 8*158^2*8 = 1597696 -> r = 8; 16*158^2 -> 4; 16*224^2 -> 2.
+    first_cycle = schedule.stages[:4]
+    assert [s.shape for s in first_cycle] == [
+        GridShape(64, 8, 158), GridShape(32, 16, 158), GridShape(16, 16, 224), GridShape(8, 32, 224),
+    ]
+    assert [s.lr_factor for s in first_cycle] == [8, 4, 2, 1]
+    # b / bn_base_size = 64/8, 32/8, 16/8, 8/8.
+    assert [s.bn for s in first_cycle] == [BNPlan("split", 8), BNPlan("split", 4), BNPlan("split", 2), BNPlan()]
+    # Stride in [tau, tau*T/t]: 2..8 for 8 frames, 2..4 for 16, 2..2 for 32.
+    assert [s.sampling_rate for s in first_cycle] == [(2, 8), (2, 4), (2, 4), (2, 2)]
+    assert schedule.relative_lr_at(0) == 8
+    assert schedule.relative_lr_at(158) == pytest.approx(0.8)  # stage 1: 0.1 * 8
+    assert schedule.relative_lr_at(330) == pytest.approx(0.01)  # fine-tuning, first half: 0.1**2
+    assert schedule.relative_lr_at(357) == pytest.approx(0.001)
+
+
+def test_short_cycle_order_and_batches():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    # At crop 158: 112 gets round((158/112)^2) = 2x the batch, 158 gets 1x.
+    assert [schedule.short_cycle_at(0, i) for i in range(4)] == [
+        GridShape(128, 8, 112), GridShape(64, 8, 158), GridShape(64, 8, 158), GridShape(128, 8, 112),
+    ]
+    # At crop 224: 4b at 112, 2b at 158, b at 224.
+    assert [schedule.short_cycle_at(150, i) for i in range(3)] == [
+        GridShape(32, 32, 112), GridShape(16, 32, 158), GridShape(8, 32, 224),
+    ]
+
+
+def test_short_cycle_only_matches_reference():
+    schedule = build_schedule(MultigridConfig(**KINETICS, long_cycle=False))
+    # Milestones x 1.5: 141, 231, 294; 239 x 1.5 = 358.5 -> 358.
+    assert _ends(schedule) == [141, 231, 294, 358]
+    assert {s.shape for s in schedule.stages} == {GridShape(8, 32, 224)}
+    assert all(s.lr_factor == 1 for s in schedule.stages)
+
+
+def test_long_cycle_only_runs_and_fine_tunes_on_base_shape():
+    schedule = build_schedule(MultigridConfig(**KINETICS, short_cycle=False))
+    assert schedule.max_epochs == 358
+    assert all(s.short_cycle == () for s in schedule.stages)
+    assert schedule.stages[-1].shape == GridShape(8, 32, 224)
+    assert schedule.stages[-1].fine_tuning
+    assert schedule.short_cycle_at(0, 0) == schedule.stage_at(0).shape
+    # Without the short cycle each shape's share is proportional to r: 8/15 of 94 epochs first.
+    assert schedule.stages[0].shape == GridShape(64, 8, 158)
+
+
+def test_no_cycles_is_the_baseline():
+    schedule = build_schedule(MultigridConfig(**KINETICS, long_cycle=False, short_cycle=False))
+    assert _ends(schedule) == [94, 154, 196, 239]
+    assert schedule.baseline_iterations(240_000) == schedule.total_iterations(240_000) == 239 * 3750
+
+
+@pytest.mark.parametrize("long_cycle", [True, False])
+@pytest.mark.parametrize("short_cycle", [True, False])
+@pytest.mark.parametrize(
+    "max_epochs, milestones",
+    [(239, (94, 154, 196)), (10, (4, 8)), (6, (2, 4)), (3, (1, 2)), (12, ()), (100, (30, 60, 90))],
+)
+def test_invariants(long_cycle, short_cycle, max_epochs, milestones):
+    config = MultigridConfig(
+        batch_size=4, num_frames=16, crop_size=112, max_epochs=max_epochs, milestones=milestones,
+        long_cycle=long_cycle, short_cycle=short_cycle,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShortScheduleWarning)
+        schedule = build_schedule(config)
+    # Contiguous, non-empty stages from epoch 0.
+    assert schedule.stages[0].start_epoch == 0
+    for before, after in zip(schedule.stages, schedule.stages[1:]):
+        assert before.end_epoch == after.start_epoch
+    assert all(s.num_epochs >= 1 for s in schedule.stages)
+    # LR stages non-decreasing, each baseline stage used, so no duplicate or missing LR step.
+    lr_stages = [s.lr_stage for s in schedule.stages]
+    assert lr_stages == sorted(lr_stages)
+    assert set(lr_stages) == set(range(len(milestones) + 1))
+    # Equation 1: every long-cycle grid costs about the base grid (rounding of r aside).
+    base_cost = 4 * 16 * 112**2
+    for stage in schedule.stages:
+        cost = stage.shape.batch_size * stage.shape.num_frames * stage.shape.crop_size**2
+        assert 0.8 < cost / base_cost < 1.25
+    # The multigrid LR stages tile the run and map onto the baseline's.
+    assert schedule.baseline_epoch_at(0) == 0
+    assert schedule.baseline_epoch_at(schedule.max_epochs) == max_epochs
+    for i, start in enumerate(schedule.lr_stage_starts[:-1]):
+        assert schedule.baseline_epoch_at(start) == pytest.approx(([0, *milestones])[i])
+
+
+def test_short_schedule_ten_epochs():
+    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=10, milestones=(4, 8)))
+    assert schedule.max_epochs == 15
+    assert len(schedule.stages) == 10  # 2 cycles of 4 shapes, fine-tuning in two halves
+    assert len({s.end_epoch for s in schedule.stages}) == len(schedule.stages)
+
+
+def test_too_short_schedule_warns_and_drops_shapes():
+    config = MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=5, milestones=(2, 4))
+    with pytest.warns(ShortScheduleWarning, match="too few for every long-cycle shape"):
+        schedule = build_schedule(config)
+    # round(5 * 1.5) = 8 epochs for 8 long-cycle shapes + 2 fine-tuning halves: drop two.
+    assert schedule.max_epochs == 8
+    assert len(schedule.stages) == 8
+    assert all(s.num_epochs == 1 for s in schedule.stages)
+
+
+def test_fewer_epochs_than_lr_stages_is_an_error():
+    config = MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=4, milestones=(1, 2, 3), epoch_factor=0.5)
+    with pytest.raises(ValueError, match="fewer than its 4 LR stages"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShortScheduleWarning)
+        build_schedule(config)
+
+
+def test_baseline_epoch_mapping_kinetics():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    # Multigrid LR stages start at 0, 158, 259, 343 and end at 358; baseline at 0, 94, 154, 196, 239.
+    assert schedule.lr_stage_starts == (0, 158, 259, 343, 358)
+    assert schedule.baseline_epoch_at(79) == pytest.approx(47)  # half of stage 0
+    assert schedule.baseline_epoch_at(158) == pytest.approx(94)
+    assert schedule.baseline_epoch_at(350.5) == pytest.approx(196 + 43 / 2)
+
+
+def test_iterations_in_epoch():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    # 240000 clips / 8 devices = 30000 per device; batches 128, 64, 64 -> 256 clips per 3 iterations:
+    # 117 full cycles (29952 clips, 351 iterations), then 48 clips in one more batch.
+    assert schedule.iterations_in_epoch(0, 240_000) == 352
+    # Base shape: batches 32, 16, 8 -> 56 per cycle: 535 cycles (29960 clips), 40 more -> 2 batches.
+    assert schedule.iterations_in_epoch(357, 240_000) == 535 * 3 + 2
+    assert schedule.baseline_iterations(240_000) == 239 * 3750
+
+
+@pytest.mark.parametrize(
+    "batch_size, bn_base_size, devices, expected",
+    [
+        (64, 8, 8, BNPlan("split", num_splits=8)),
+        (8, 8, 8, BNPlan()),
+        (10, 8, 1, BNPlan()),  # round(10 / 8) = 1 group
+        (12, 8, 1, BNPlan("split", num_splits=2)),
+        (4, 8, 8, BNPlan("sync", group_size=2)),
+        (2, 8, 8, BNPlan("sync", group_size=4)),
+        (2, 8, 2, BNPlan("sync", group_size=2)),  # capped at the device count
+        (4, 8, 1, BNPlan()),  # one device: nothing to sync with
+    ],
+)
+def test_plan_batchnorm(batch_size, bn_base_size, devices, expected):
+    assert plan_batchnorm(batch_size, bn_base_size, devices) == expected
+
+
+def test_plan_batchnorm_that_cannot_be_split():
+    with pytest.raises(ValueError, match="do not divide `devices`=3"):
+        plan_batchnorm(4, 8, 3)
+    with pytest.raises(ValueError, match="bn_base_size"):
+        build_schedule(MultigridConfig(batch_size=4, num_frames=8, crop_size=64, max_epochs=10, devices=3))
+
+
+def test_sync_group_in_schedule():
+    schedule = build_schedule(MultigridConfig(batch_size=2, num_frames=16, crop_size=112, max_epochs=10, devices=4))
+    # Coarse grids have b = 16 -> split 2; the base grid b = 2 -> sync over 4 ranks.
+    assert schedule.stages[0].bn == BNPlan("split", num_splits=2)
+    assert schedule.stages[-1].bn == BNPlan("sync", group_size=4)
+
+
+def test_jitter_scales_follow_crop():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    assert schedule.jitter_scales_for(224) == (256, 320)
+    assert schedule.jitter_scales_for(112) == (128, 320)  # 256 * 112 / 224
+    assert schedule.jitter_scales_for(158) == (181, 320)  # 256 * 158 / 224 = 180.57
+
+
+def test_distinct_grids():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    grids = schedule.distinct_grids()
+    assert grids[0] == GridShape(128, 8, 112)
+    assert GridShape(8, 32, 224) in grids
+    # 8 frames: 128@112, 64@158; 16 frames: 64@112, 32@158 (shared by the 158 and 224 shapes),
+    # 16@224; 32 frames: 32@112, 16@158, 8@224.
+    assert len(grids) == len(set(grids)) == 8
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"batch_size": 0}, "`batch_size` must be a positive integer, got 0"),
+        ({"num_frames": -1}, "`num_frames`"),
+        ({"crop_size": 2.5}, "`crop_size`"),
+        ({"max_epochs": 0}, "`max_epochs`"),
+        ({"devices": 0}, "`devices`"),
+        ({"bn_base_size": 0}, "`bn_base_size`"),
+        ({"sampling_rate": 0}, "`sampling_rate`"),
+        ({"epoch_factor": 0}, "`epoch_factor` must be a positive number, got 0"),
+        ({"epoch_factor": -1.5}, "`epoch_factor`"),
+        ({"gamma": 0}, "`gamma`"),
+        ({"milestones": (154, 94)}, r"`milestones` must be strictly increasing and > 0, got \[154, 94\]"),
+        ({"milestones": (94, 94)}, "strictly increasing"),
+        ({"milestones": (0, 94)}, "strictly increasing"),
+        ({"milestones": (94, 239)}, "must be < `max_epochs`=239"),
+        ({"long_cycle_factors": ((0.25, 1.5),)}, r"in \(0, 1\], got \(0.25, 1.5\)"),
+        ({"long_cycle_factors": ((0.0, 1.0),)}, "long_cycle_factors"),
+        ({"long_cycle_factors": ()}, "long_cycle_factors"),
+        ({"short_cycle_factors": (0.5, 2.0)}, "short_cycle_factors"),
+        ({"jitter_scales": (100, 320)}, "smaller than `crop_size`=224"),
+    ],
+)
+def test_bad_settings(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        MultigridConfig(**{**KINETICS, **overrides})
+
+
+def test_stage_at_rejects_negative_epoch_and_clamps_past_end():
+    schedule = build_schedule(MultigridConfig(**KINETICS))
+    with pytest.raises(ValueError, match="`epoch` must be >= 0"):
+        schedule.stage_at(-1)
+    assert schedule.stage_at(10_000) is schedule.stages[-1]
+
+
+def test_schedule_module_imports_no_torch():
+    code = (
+        "import sys; import lightning_multigrid.schedule, lightning_multigrid.preview; "
+        "bad = [m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_equation_1_rounding_literal():
+    # r = round(16 * 112^2 / (4 * 79^2)) = round(8.04) = 8; batch = 2 * 8.
+    schedule = build_schedule(MultigridConfig(batch_size=2, num_frames=16, crop_size=112, max_epochs=20, milestones=(10,)))
+    assert schedule.stages[0].shape == GridShape(16, 4, 79)
+    assert math.isclose(schedule.stages[0].sampling_rate[1], 4.0)
