@@ -1,6 +1,7 @@
 """`lightning-multigrid`: the command line.
 
-``schedule`` previews a schedule. Commands are registered in ``COMMANDS``; each takes its own
+``schedule`` previews a schedule, ``check-data`` decodes every video of a manifest, ``make-synthetic``
+writes the demo dataset. Commands are registered in ``COMMANDS``; each takes its own
 argparse sub-parser and a handler. Settings errors print one line and exit with status 2.
 """
 
@@ -74,9 +75,81 @@ def _run_schedule(args: argparse.Namespace) -> None:
         print(f"wrote {args.plot}", file=sys.stderr)
 
 
+def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", help="manifest file (`path label` lines) or a folder with one folder per class")
+    parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
+    parser.add_argument("--class-names", help="class-names file, for labels written as names")
+    parser.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPU count)")
+    parser.add_argument(
+        "--write-metadata", metavar="FILE",
+        help="save the videos' metadata to FILE, for the datasets' `metadata_file` (skips probing)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_check_data(args: argparse.Namespace) -> None:
+    from lightning_multigrid.data.check import check_videos, format_report
+    from lightning_multigrid.data.manifest import load_manifest
+
+    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names)
+    report = check_videos(manifest, workers=args.workers, progress=not args.no_progress)
+    print(format_report(report))
+    if args.write_metadata:
+        report.metadata_cache().save(args.write_metadata)
+        print(f"wrote {args.write_metadata}", file=sys.stderr)
+    if not report.ok:
+        raise SystemExit(1)
+
+
+def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", help="output directory (created)")
+    parser.add_argument("--num-train", type=int, default=240, help="training videos (240)")
+    parser.add_argument("--num-val", type=int, default=60, help="validation videos (60)")
+    parser.add_argument("--num-classes", type=int, default=4, help="classes, 2-8 (4: texture x left/right)")
+    parser.add_argument("--width", type=int, default=160, help="frame width in pixels, even (160)")
+    parser.add_argument("--height", type=int, default=120, help="frame height in pixels, even (120)")
+    parser.add_argument("--num-frames", type=int, default=50, help="frames per video (50)")
+    parser.add_argument("--fps", type=float, default=25, help="frames per second (25)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
+
+
+def _run_make_synthetic(args: argparse.Namespace) -> None:
+    from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+
+    data = generate_synthetic_dataset(
+        args.directory,
+        num_train=args.num_train,
+        num_val=args.num_val,
+        num_classes=args.num_classes,
+        width=args.width,
+        height=args.height,
+        num_frames=args.num_frames,
+        fps=args.fps,
+        seed=args.seed,
+        workers=args.workers,
+    )
+    print(
+        f"wrote {data.num_train} training and {data.num_val} validation videos "
+        f"({args.width}x{args.height}, {args.num_frames} frames at {args.fps:g} fps, {data.num_classes} classes)\n"
+        f"  {data.train_manifest}\n  {data.val_manifest}\n  {data.class_names_file}\n"
+        "horizontal flips swap its left/right classes: train with flipping off"
+    )
+
+
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
     "schedule": ("preview the multigrid schedule of a baseline run", _add_schedule_arguments, _run_schedule),
+    "check-data": (
+        "decode every video of a manifest and list the ones that fail",
+        _add_check_data_arguments,
+        _run_check_data,
+    ),
+    "make-synthetic": (
+        "write the synthetic demo dataset (H.264 videos and manifests)",
+        _add_make_synthetic_arguments,
+        _run_make_synthetic,
+    ),
 }
 
 

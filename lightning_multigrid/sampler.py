@@ -38,7 +38,7 @@ __all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed", "count_ba
 _MASK64 = (1 << 64) - 1
 
 
-class EpochShardSampler(DistributedSampler):  # type: ignore[type-arg]
+class EpochShardSampler(DistributedSampler):
     """Indices ``0 .. dataset_size - 1`` for one rank, reshuffled every epoch.
 
     Exactly :class:`torch.utils.data.DistributedSampler` over ``range(dataset_size)`` with the

@@ -1,0 +1,430 @@
+"""``VideoClassifier``: a LightningModule for video classification that takes any grid.
+
+The backbone comes by name (see :data:`~lightning_multigrid.models.BACKBONES`) or as an
+``nn.Module``; either way its head pooling is made adaptive, so every step may bring a different
+batch size, number of frames and crop (the module itself never assumes a shape). Optimisation is
+the recipe of the multigrid paper's baselines: SGD with momentum, weight decay on weights only,
+linear warm-up, then step decay per epoch.
+
+Batches are dicts:
+
+- ``"video"``: float ``(N, C, T, H, W)``, or ``[slow, fast]`` for a two-pathway backbone (a single
+  tensor is split into pathways with ``slowfast_alpha``);
+- ``"label"``: ``(N,)`` class indices, or ``(N, num_classes)`` multi-hot floats with
+  ``multi_label=True``;
+- ``"index"``: ``(N,)`` video index, needed in test to average the views of a video (and,
+  optionally, ``"view"``: ``(N,)`` view index within the video, to drop views that a distributed
+  sampler repeated to pad its shards).
+
+Logged: ``train/loss``; ``val/loss`` and ``val/top1``, ``val/top5`` (or ``val/map``); per view
+``test/loss``, per video ``test/top1``, ``test/top5`` (or ``test/map``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.optim.lr_scheduler import LinearLR, LRScheduler, MultiStepLR, SequentialLR
+from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePrecision
+from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
+from typing_extensions import override
+
+from lightning_multigrid.models import (
+    BACKBONES,
+    TWO_PATHWAY_BACKBONES,
+    build_backbone,
+    make_multigrid_compatible,
+    preflight,
+)
+
+__all__ = ["VideoClassifier", "VideoPredictions", "aggregate_views"]
+
+
+class VideoPredictions(NamedTuple):
+    """Per-video predictions after averaging views.
+
+    Attributes:
+        video_index: ``(V,)`` video indices, ascending.
+        probs: ``(V, num_classes)`` view-averaged softmax (single-label) or sigmoid (multi-label).
+        labels: ``(V,)`` class indices or ``(V, num_classes)`` multi-hot labels.
+        num_views: ``(V,)`` views averaged per video.
+    """
+
+    video_index: torch.Tensor
+    probs: torch.Tensor
+    labels: torch.Tensor
+    num_views: torch.Tensor
+
+
+def aggregate_views(
+    index: torch.Tensor,
+    probs: torch.Tensor,
+    labels: torch.Tensor,
+    view: torch.Tensor | None = None,
+) -> VideoPredictions:
+    """Average the predictions of the views (clips, crops) of each video.
+
+    Args:
+        index: ``(N,)`` video index of each view, in any order; any number of views per video.
+        probs: ``(N, num_classes)`` per-view probabilities.
+        labels: ``(N,)`` or ``(N, num_classes)`` per-view labels; all views of a video must agree.
+        view: optional ``(N,)`` view index within the video; views with the same
+            ``(index, view)`` are counted once (a distributed sampler repeats samples to pad).
+
+    Returns:
+        The per-video predictions, sorted by video index.
+
+    Raises:
+        ValueError: when the lengths differ or the views of a video have different labels.
+    """
+    if not (len(index) == len(probs) == len(labels)) or (view is not None and len(view) != len(index)):
+        raise ValueError(
+            f"`index`, `probs`, `labels` (and `view`) must have one entry per view, got lengths "
+            f"{len(index)}, {len(probs)}, {len(labels)}" + ("" if view is None else f", {len(view)}") + "."
+        )
+    if view is not None and len(index):
+        # Keep the first occurrence of each (video, view) pair.
+        pairs, pair_of = torch.unique(torch.stack([index.long(), view.long()], 1), dim=0, return_inverse=True)
+        positions = torch.arange(len(index), device=index.device)
+        first = torch.full((len(pairs),), len(index), device=index.device, dtype=positions.dtype)
+        keep = first.scatter_reduce(0, pair_of, positions, reduce="amin").sort().values
+        index, probs, labels = index[keep], probs[keep], labels[keep]
+    videos, video_of = torch.unique(index, return_inverse=True)
+    sums = torch.zeros(len(videos), *probs.shape[1:], dtype=probs.dtype, device=probs.device)
+    sums.index_add_(0, video_of, probs)
+    num_views = torch.bincount(video_of, minlength=len(videos))
+    video_labels = torch.zeros(len(videos), *labels.shape[1:], dtype=labels.dtype, device=labels.device)
+    video_labels[video_of] = labels  # one of the views' labels per video
+    if not torch.equal(video_labels[video_of], labels):
+        bad = video_of[(video_labels[video_of] != labels).reshape(len(labels), -1).any(1)][0]
+        raise ValueError(
+            f"The views of video {int(videos[bad])} have different labels: each `index` must name one video."
+        )
+    shape = (-1,) + (1,) * (probs.dim() - 1)
+    return VideoPredictions(videos, sums / num_views.reshape(shape).to(probs.dtype), video_labels, num_views)
+
+
+class VideoClassifier(pl.LightningModule):
+    """Video classification that trains on any grid: the LightningModule for multigrid training.
+
+    Args:
+        num_classes: number of classes (labels, with ``multi_label``).
+        backbone: a name from :data:`~lightning_multigrid.models.BACKBONES` (randomly
+            initialised: ``tiny``, ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
+            ``slowfast_r50``, ``i3d_r50``, ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``), or an
+            ``nn.Module`` mapping a clip to ``(N, num_classes)`` logits. A module is made
+            multigrid-compatible in place and not saved in the hyper-parameters (pass it again to
+            ``load_from_checkpoint``).
+        multi_label: multi-hot labels and binary cross-entropy with logits (and ``map`` metrics)
+            instead of class indices and cross-entropy.
+        lr: base learning rate (for the baseline batch size; the multigrid callback scales it).
+        momentum: SGD momentum.
+        nesterov: use Nesterov momentum.
+        weight_decay: L2 penalty on weights; BatchNorm parameters and biases (parameters with at
+            most one dimension) get none.
+        warmup_epochs: epochs of linear warm-up, 0 for none.
+        warmup_start_factor: LR factor of the first warm-up epoch, in ``(0, 1]``.
+        milestones: absolute epochs (0-based, counted from the start of training, warm-up
+            included) where the LR is multiplied by ``gamma``; strictly increasing and after the
+            warm-up. See :attr:`lr_milestones`.
+        gamma: LR decay at each milestone.
+        dropout_rate: dropout before the classifier of a named backbone.
+        tiny_width: stem width of the ``tiny`` backbone.
+        slowfast_alpha: frame-rate ratio of a two-pathway backbone: a ``(N, C, T, H, W)`` video
+            becomes ``[video[:, :, ::alpha], video]`` (slow, fast). Default: 4 for ``slowfast_r50``,
+            no split otherwise; set it for a two-pathway ``nn.Module`` backbone.
+
+    Example::
+
+        model = VideoClassifier(num_classes=400, backbone="x3d_xs", lr=0.1, warmup_epochs=5,
+                                milestones=(94, 154, 196))
+        trainer.fit(model, datamodule=datamodule)
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        backbone: str | nn.Module = "tiny",
+        multi_label: bool = False,
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        nesterov: bool = True,
+        weight_decay: float = 1e-4,
+        warmup_epochs: int = 0,
+        warmup_start_factor: float = 0.1,
+        milestones: Sequence[int] = (),
+        gamma: float = 0.1,
+        dropout_rate: float = 0.5,
+        tiny_width: int = 16,
+        slowfast_alpha: int | None = None,
+    ) -> None:
+        super().__init__()
+        _check_int("num_classes", num_classes, minimum=1 if multi_label else 2)
+        _check_int("warmup_epochs", warmup_epochs, minimum=0)
+        _check_int("tiny_width", tiny_width, minimum=1)
+        if slowfast_alpha is not None:
+            _check_int("slowfast_alpha", slowfast_alpha, minimum=1)
+        for name, value in (("lr", lr), ("gamma", gamma)):
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+        for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
+            if not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"`{name}` must be a number >= 0, got {value!r}.")
+        if nesterov and momentum <= 0:
+            raise ValueError(
+                f"`nesterov=True` needs `momentum` > 0, got momentum={momentum!r}: set a momentum or `nesterov=False`."
+            )
+        if not isinstance(warmup_start_factor, (int, float)) or not 0 < warmup_start_factor <= 1:
+            raise ValueError(f"`warmup_start_factor` must be in (0, 1], got {warmup_start_factor!r}.")
+        if not 0 <= dropout_rate < 1:
+            raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
+        self._milestones = _check_milestones(milestones, warmup_epochs)
+
+        if isinstance(backbone, nn.Module):
+            self.save_hyperparameters(ignore=["backbone"])
+            self.backbone = make_multigrid_compatible(backbone)
+        elif isinstance(backbone, str):
+            self.save_hyperparameters()
+            self.backbone = build_backbone(backbone, num_classes, dropout_rate=dropout_rate, tiny_width=tiny_width)
+            default_alpha = TWO_PATHWAY_BACKBONES.get(backbone)
+            if slowfast_alpha is not None and default_alpha is None:
+                raise ValueError(
+                    f"`slowfast_alpha`={slowfast_alpha} is set but `backbone`={backbone!r} has one pathway: "
+                    f"unset `slowfast_alpha`, or choose a two-pathway backbone ({', '.join(TWO_PATHWAY_BACKBONES)})."
+                )
+            slowfast_alpha = slowfast_alpha or default_alpha
+        else:
+            raise TypeError(
+                f"`backbone` must be a name ({', '.join(BACKBONES)}) or an nn.Module, got {type(backbone).__name__}."
+            )
+        self.num_classes = num_classes
+        self.multi_label = multi_label
+        self.slowfast_alpha: int | None = slowfast_alpha
+        """Frame-rate ratio used to split a video into ``[slow, fast]``; ``None`` for one pathway."""
+
+        if multi_label:
+            self.val_map = MultilabelAveragePrecision(num_labels=num_classes, average="macro")
+        else:
+            self.val_top1 = MulticlassAccuracy(num_classes=num_classes, top_k=1, average="micro")
+            self.val_top5 = MulticlassAccuracy(num_classes=num_classes, top_k=min(5, num_classes), average="micro")
+        self._test_views: list[tuple[torch.Tensor, ...]] = []
+        self.test_predictions: VideoPredictions | None = None
+        """Per-video predictions of the last test epoch (on every rank)."""
+
+    # ----------------------------------------------------------------------------------------
+    # Forward and steps
+    # ----------------------------------------------------------------------------------------
+
+    @override
+    def forward(self, video: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+        """Logits ``(N, num_classes)`` of ``(N, C, T, H, W)`` clips (or ``[slow, fast]``)."""
+        if isinstance(video, torch.Tensor):
+            if self.slowfast_alpha is None:
+                return self.backbone(video)
+            return self.backbone([video[:, :, :: self.slowfast_alpha], video])
+        # A new list: pytorchvideo's SlowFast overwrites the entries of the list it is given.
+        return self.backbone(list(video))
+
+    @override
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self(batch["video"])
+        loss = self._loss(logits, batch["label"])
+        # Per step only, so the key stays `train/loss` (with on_epoch it would split in _step/_epoch).
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(logits))
+        return loss
+
+    @override
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        logits = self(batch["video"])
+        labels = batch["label"]
+        batch_size = len(logits)
+        self.log(
+            "val/loss", self._loss(logits, labels), on_epoch=True, prog_bar=True, batch_size=batch_size, sync_dist=True
+        )
+        if self.multi_label:
+            self.val_map.update(torch.sigmoid(logits), _multi_hot(labels))
+            self.log("val/map", self.val_map, on_epoch=True, batch_size=batch_size)
+        else:
+            self.val_top1.update(logits, labels)
+            self.val_top5.update(logits, labels)
+            self.log("val/top1", self.val_top1, on_epoch=True, prog_bar=True, batch_size=batch_size)
+            self.log("val/top5", self.val_top5, on_epoch=True, batch_size=batch_size)
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        self._test_views = []
+        self.test_predictions = None
+
+    @override
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        if "index" not in batch:
+            raise ValueError(
+                "Test batches need an 'index' entry (the video index of each clip) to average the views "
+                "of a video; add it to the dataset's samples."
+            )
+        logits = self(batch["video"])
+        labels = batch["label"]
+        self.log("test/loss", self._loss(logits, labels), on_epoch=True, batch_size=len(logits), sync_dist=True)
+        probs = torch.sigmoid(logits) if self.multi_label else logits.softmax(dim=1)
+        view = batch.get("view")
+        entry = (batch["index"], probs, labels) + (() if view is None else (view,))
+        self._test_views.append(tuple(t.detach() for t in entry))
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        if not self._test_views:
+            return
+        columns = [self._gather(torch.cat(column)) for column in zip(*self._test_views)]
+        self._test_views = []
+        predictions = aggregate_views(*columns)
+        self.test_predictions = predictions
+        # Every rank holds all views now and computes the same values; sync_dist only keeps
+        # Lightning from warning about unsynced epoch-level logging.
+        if self.multi_label:
+            value = multilabel_average_precision(
+                predictions.probs, _multi_hot(predictions.labels), num_labels=self.num_classes, average="macro"
+            )
+            self.log("test/map", value, sync_dist=True)
+        else:
+            for k in (1, 5):
+                value = multiclass_accuracy(
+                    predictions.probs,
+                    predictions.labels,
+                    num_classes=self.num_classes,
+                    top_k=min(k, self.num_classes),
+                    average="micro",
+                )
+                self.log(f"test/top{k}", value, sync_dist=True)
+
+    def _loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.multi_label:
+            if labels.shape != logits.shape:
+                raise ValueError(
+                    f"With `multi_label=True`, 'label' must be multi-hot {tuple(logits.shape)} "
+                    f"(N, num_classes), got {tuple(labels.shape)}."
+                )
+            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        if labels.dim() != 1:
+            raise ValueError(
+                f"'label' must be class indices of shape (N,), got {tuple(labels.shape)}; "
+                "for multi-hot labels set `multi_label=True`."
+            )
+        return F.cross_entropy(logits, labels)
+
+    def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Concatenate ``tensor`` (dim 0) over ranks; ranks may hold different lengths."""
+        if self.trainer.world_size == 1:
+            return tensor
+        lengths = self.all_gather(torch.tensor(len(tensor), device=self.device)).reshape(-1)
+        padded = tensor.new_zeros((int(lengths.max()), *tensor.shape[1:]))
+        padded[: len(tensor)] = tensor
+        gathered = self.all_gather(padded)  # (world_size, max length, ...)
+        return torch.cat([gathered[rank, : int(length)] for rank, length in enumerate(lengths)])
+
+    # ----------------------------------------------------------------------------------------
+    # Optimisation
+    # ----------------------------------------------------------------------------------------
+
+    @property
+    def lr_milestones(self) -> tuple[int, ...]:
+        """Absolute epochs (0-based, warm-up included) where the LR decays by ``gamma``.
+
+        This is the contract with the multigrid callback: these are the baseline run's LR stage
+        boundaries (``MultigridConfig.milestones``), whatever the scheduler object looks like
+        inside (with warm-up, the ``MultiStepLR`` in the ``SequentialLR`` counts from the end of
+        the warm-up and holds ``milestone - warmup_epochs``).
+        """
+        return self._milestones
+
+    def lr_at(self, epoch: float) -> float:
+        """The base learning rate of (0-based, possibly fractional) ``epoch``: the closed form.
+
+        ``lr * (f + (1 - f) * epoch / warmup_epochs)`` during warm-up (``f`` is
+        ``warmup_start_factor``), then ``lr * gamma ** (number of milestones <= epoch)``. The
+        scheduler of :meth:`configure_optimizers` gives the same values at whole epochs.
+        """
+        hp = self.hparams
+        if epoch < hp.warmup_epochs:
+            return hp.lr * (hp.warmup_start_factor + (1 - hp.warmup_start_factor) * epoch / hp.warmup_epochs)
+        return hp.lr * hp.gamma ** bisect.bisect_right(self._milestones, epoch)
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """SGD parameter groups: ``decay`` (weights) and ``no_decay`` (BatchNorm, biases).
+
+        Parameters with at most one dimension (BatchNorm/LayerNorm scales and shifts, biases) are
+        not decayed: decaying them shrinks normalisation gains without regularising anything.
+        Frozen parameters (``requires_grad=False``) are left out.
+        """
+        decay: list[nn.Parameter] = []
+        no_decay: list[nn.Parameter] = []
+        for parameter in self.parameters():
+            if parameter.requires_grad:
+                (no_decay if parameter.ndim <= 1 else decay).append(parameter)
+        groups = [
+            {"name": "decay", "params": decay, "weight_decay": self.hparams.weight_decay},
+            {"name": "no_decay", "params": no_decay, "weight_decay": 0.0},
+        ]
+        return [group for group in groups if group["params"]]
+
+    @override
+    def configure_optimizers(self) -> Any:
+        """SGD, and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`.
+
+        Without warm-up the scheduler is a ``MultiStepLR`` with the absolute milestones; with it, a
+        ``SequentialLR([LinearLR, MultiStepLR], milestones=[warmup_epochs])`` whose
+        ``MultiStepLR`` milestones are shifted by ``-warmup_epochs`` because it starts counting when
+        the warm-up ends. Both give :meth:`lr_at` at every whole epoch.
+        """
+        hp = self.hparams
+        optimizer = torch.optim.SGD(
+            self.parameter_groups(), lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov
+        )
+        warmup = hp.warmup_epochs
+        steps = MultiStepLR(optimizer, milestones=[m - warmup for m in self._milestones], gamma=hp.gamma)
+        scheduler: LRScheduler = steps
+        if warmup > 0:
+            ramp = LinearLR(optimizer, start_factor=hp.warmup_start_factor, end_factor=1.0, total_iters=warmup)
+            scheduler = SequentialLR(optimizer, [ramp, steps], milestones=[warmup])
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+    def preflight(self, grids: Iterable[Any], *, batch_size: int = 1) -> None:
+        """Check that the backbone takes every grid; see :func:`lightning_multigrid.models.preflight`.
+
+        Args:
+            grids: objects with ``num_frames`` and ``crop_size``, e.g. ``schedule.distinct_grids()``.
+            batch_size: clips per check forward.
+
+        Raises:
+            ValueError: naming the grid and the layer, when the backbone cannot take a grid.
+        """
+        preflight(self.backbone, grids, slowfast_alpha=self.slowfast_alpha, batch_size=batch_size)
+
+
+def _multi_hot(labels: torch.Tensor) -> torch.Tensor:
+    # Soft targets (label smoothing, mixup) count as positive above one half.
+    return (labels > 0.5).long()
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+
+def _check_milestones(milestones: Sequence[int], warmup_epochs: int) -> tuple[int, ...]:
+    values = tuple(milestones)
+    if any(isinstance(m, bool) or not isinstance(m, int) for m in values) or any(
+        b <= a for a, b in zip(values, values[1:])
+    ):
+        raise ValueError(f"`milestones` must be strictly increasing integers (epochs), got {list(values)!r}.")
+    if values and values[0] <= warmup_epochs:
+        raise ValueError(
+            f"`milestones` must come after the warm-up: the first is {values[0]} but `warmup_epochs`="
+            f"{warmup_epochs}. Move the milestones later or shorten the warm-up."
+        )
+    return values

@@ -1,0 +1,62 @@
+"""Precise BatchNorm: recompute running statistics at the validation shape before validating.
+
+After a coarse-grid epoch the running statistics describe small, short clips; validation runs at
+the base shape. As in the reference implementation, the statistics are recomputed as a true
+average over a number of training batches (at the base shape here) and averaged over ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lightning_multigrid.norm import apply_bn_plan
+from lightning_multigrid.schedule import BNPlan
+
+__all__ = ["update_bn_stats"]
+
+
+@torch.no_grad()
+def update_bn_stats(trainer: pl.Trainer, pl_module: pl.LightningModule, loader: Iterable[Any], num_batches: int) -> int:
+    """Replace BatchNorm running statistics by their average over ``num_batches`` batches.
+
+    Batches are dicts with a ``"video"`` entry; they are moved to the device and prepared by the
+    DataModule's ``on_after_batch_transfer`` as in training. BatchNorm runs in plain mode (one
+    group per device); the other layers run in train mode without gradients.
+
+    Returns:
+        The number of batches used (fewer than ``num_batches`` when the loader is shorter).
+    """
+    layers = [m for m in pl_module.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    if not layers:
+        return 0
+    saved = [(m.momentum, m.num_batches_tracked.clone()) for m in layers]  # type: ignore[union-attr]
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.momentum = None  # cumulative average: every batch weighs the same
+    apply_bn_plan(pl_module, BNPlan())
+    was_training = pl_module.training
+    pl_module.train()
+    used = 0
+    datamodule = trainer.datamodule
+    for batch in loader:
+        if used >= num_batches:
+            break
+        batch = trainer.strategy.batch_to_device(batch)
+        if datamodule is not None:
+            batch = datamodule.on_after_batch_transfer(batch, 0)
+        pl_module(batch["video"])
+        used += 1
+    pl_module.train(was_training)
+    for layer, (momentum, tracked) in zip(layers, saved):
+        layer.momentum = momentum
+        layer.num_batches_tracked.copy_(tracked)  # type: ignore[union-attr]
+        if trainer.world_size > 1:
+            for stat in (layer.running_mean, layer.running_var):
+                assert stat is not None
+                stat.copy_(trainer.strategy.reduce(stat, reduce_op="mean"))
+    return used

@@ -1,0 +1,145 @@
+"""Shared fixtures: real H.264 videos written with PyAV into temporary directories.
+
+- ``synthetic_dataset`` (session): a small synthetic dataset (16 train / 8 val videos, 4 classes,
+  64x48, 24 frames at 12 fps) with ``train.csv``, ``val.csv`` and ``classnames.txt``; a
+  :class:`~lightning_multigrid.data.synthetic.SyntheticDataset`. Read-only: do not write into it.
+- ``videos`` (function): a :class:`VideoFactory` writing videos whose frame ``i`` is coded in its
+  colour (``VideoFactory.frame_index`` reads it back), and every kind of broken file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
+
+# The suite runs on 2 cores beside DataLoader workers and DDP processes: one intra-op thread per
+# process keeps it from oversubscribing them.
+torch.set_num_threads(1)
+
+BrokenKind = Literal["missing", "empty", "truncated", "random_bytes", "audio_only", "zero_frames", "no_video_track"]
+BROKEN_KINDS: tuple[BrokenKind, ...] = (
+    "missing",
+    "empty",
+    "truncated",
+    "random_bytes",
+    "audio_only",
+    "zero_frames",
+    "no_video_track",
+)
+
+
+class VideoFactory:
+    """Writes test videos into one directory.
+
+    Frame ``i`` of :meth:`coded` is a flat colour: red ``16 + 8 * (i % 28)``, green
+    ``16 + 8 * (i // 28)``, blue 128, so H.264's small errors never change the index read back.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def frame_colour(index: int) -> tuple[int, int, int]:
+        return 16 + 8 * (index % 28), 16 + 8 * (index // 28), 128
+
+    @staticmethod
+    def frame_index(image: np.ndarray) -> int:
+        """The index coded in a frame, from its mean colour; ``image`` is ``(H, W, 3)`` or ``(3, H, W)``."""
+        pixels = image if image.shape[-1] == 3 else np.moveaxis(image, 0, -1)
+        red, green = pixels[..., 0].mean(), pixels[..., 1].mean()
+        return round((red - 16) / 8) + 28 * round((green - 16) / 8)
+
+    def coded(
+        self,
+        name: str = "video.mp4",
+        num_frames: int = 24,
+        width: int = 64,
+        height: int = 48,
+        fps: float = 12,
+        timestamps: Sequence[float] | None = None,
+    ) -> Path:
+        """A video whose frames carry their index; ``timestamps`` (seconds) make it variable-rate."""
+        if num_frames > 28 * 28:
+            raise ValueError("frame-coded test videos hold at most 784 frames")
+        path = self.directory / name
+        frames = (np.full((height, width, 3), self.frame_colour(i), dtype=np.uint8) for i in range(num_frames))
+        write_video(path, frames, fps=fps, timestamps=timestamps)
+        return path
+
+    def broken(self, kind: BrokenKind, name: str | None = None) -> Path:
+        """A bad file of one kind (``missing`` returns a path that does not exist)."""
+        suffix = ".avi" if kind == "zero_frames" else ".mp4"
+        path = self.directory / (name or f"{kind}{suffix}")
+        if kind == "missing":
+            return path
+        if kind == "empty":
+            path.write_bytes(b"")
+        elif kind == "truncated":
+            # moov at the front, so the container opens and the missing half shows only later.
+            container = av.open(str(path), "w", options={"movflags": "faststart"})
+            stream = container.add_stream("libx264", rate=12)
+            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+            rng = np.random.default_rng(0)
+            for _ in range(24):
+                image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+                for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+            container.close()
+            data = path.read_bytes()
+            path.write_bytes(data[: len(data) // 2])
+        elif kind == "random_bytes":
+            path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+        elif kind == "audio_only":
+            container = av.open(str(path), "w")
+            stream = container.add_stream("aac", rate=16000)
+            for i in range(8):
+                frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+                frame.sample_rate, frame.pts = 16000, i * 1024
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+            container.close()
+        elif kind in ("zero_frames", "no_video_track"):
+            # AVI keeps a video stream with no frames; MP4 drops an empty track altogether.
+            container = av.open(str(path), "w")
+            stream = container.add_stream("mpeg4" if kind == "zero_frames" else "libx264", rate=12)
+            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+            container.start_encoding()
+            container.close()
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        return path
+
+
+@pytest.fixture
+def videos(tmp_path: Path) -> VideoFactory:
+    """Test videos and broken files in this test's ``tmp_path``."""
+    return VideoFactory(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def synthetic_dataset(tmp_path_factory: pytest.TempPathFactory) -> SyntheticDataset:
+    """A small synthetic dataset shared by the session (about a second to write)."""
+    return generate_synthetic_dataset(
+        tmp_path_factory.mktemp("synthetic"),
+        num_train=16,
+        num_val=8,
+        num_classes=4,
+        width=64,
+        height=48,
+        num_frames=24,
+        fps=12,
+        seed=0,
+        workers=1,
+    )

@@ -1,0 +1,108 @@
+"""`lightning-multigrid check-data` and `make-synthetic` on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import BROKEN_KINDS, VideoFactory
+
+from lightning_multigrid.cli import main
+from lightning_multigrid.data.check import check_videos
+from lightning_multigrid.data.dataset import TrainVideoDataset
+from lightning_multigrid.data.manifest import read_class_names, read_manifest
+from lightning_multigrid.data.synthetic import SyntheticDataset, render_synthetic_video
+
+
+def test_check_data_on_a_good_dataset(synthetic_dataset: SyntheticDataset, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check-data", str(synthetic_dataset.train_manifest), "--workers", "2", "--no-progress"])
+    out = capsys.readouterr().out
+    assert "16 of 16 videos decode, 0 fail." in out
+    assert "total duration  0:00:32 (32.0 s), 2.00-2.00 s per video" in out
+    assert "fps             12.00-12.00" in out
+    assert "resolution      64x48 to 64x48" in out
+    assert "FAILED" not in out
+
+
+def test_check_data_lists_bad_files_and_exits_1(
+    videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = videos.coded("good.mp4", num_frames=12, width=96, height=64, fps=24)
+    lines = [f"{good.name} 0\n"] + [f"{videos.broken(kind).name} 1\n" for kind in BROKEN_KINDS]
+    (tmp_path / "m.csv").write_text("".join(lines))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress"])
+    assert exit_info.value.code == 1
+    out = capsys.readouterr().out
+    assert f"1 of {1 + len(BROKEN_KINDS)} videos decode, {len(BROKEN_KINDS)} fail." in out
+    failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
+    assert len(failed) == len(BROKEN_KINDS)
+    assert f"FAILED {tmp_path / 'missing.mp4'}: the file does not exist" in failed
+    assert f"FAILED {tmp_path / 'audio_only.mp4'}: no video stream (streams: audio)" in failed
+    assert any(line.startswith(f"FAILED {tmp_path / 'truncated.mp4'}: the file is truncated") for line in failed)
+    assert "resolution      96x64 to 96x64" in out and "fps             24.00-24.00" in out
+
+
+def test_check_data_settings_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-data", str(tmp_path / "missing.csv")])
+    assert exit_info.value.code == 2
+    assert "check-data: error: Manifest" in capsys.readouterr().err
+    (tmp_path / "m.csv").write_text("a.mp4 0\nb.mp4\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-data", str(tmp_path / "m.csv")])
+    assert exit_info.value.code == 2
+    assert "m.csv:2: malformed line" in capsys.readouterr().err
+
+
+def test_check_data_writes_a_metadata_file(synthetic_dataset: SyntheticDataset, tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    main(["check-data", str(synthetic_dataset.val_manifest), "--workers", "1", "--no-progress", "--write-metadata", str(meta)])
+    dataset = TrainVideoDataset(synthetic_dataset.val_manifest, metadata_file=meta)
+    assert len(dataset.metadata) == synthetic_dataset.num_val
+
+
+def test_make_synthetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "synthetic"
+    main([
+        "make-synthetic", str(out_dir), "--num-train", "8", "--num-val", "4", "--num-classes", "8",
+        "--width", "64", "--height", "48", "--num-frames", "16", "--fps", "8", "--workers", "2",
+    ])
+    assert "wrote 8 training and 4 validation videos" in capsys.readouterr().out
+    names = read_class_names(out_dir / "classnames.txt")
+    assert names[:3] == ("checker_left", "stripes_left", "checker_right") and len(names) == 8
+    train = read_manifest(out_dir / "train.csv", class_names=names)
+    val = read_manifest(out_dir / "val.csv", class_names=names)
+    assert [e.label for e in train.entries] == list(range(8))
+    assert [e.label for e in val.entries] == list(range(4))
+    assert (out_dir / "train.csv").read_text().splitlines()[0] == "train/checker_left/00000.mp4 0"
+    report = check_videos(train, workers=1, progress=False)
+    assert report.ok
+    shapes = {(r.metadata.width, r.metadata.height, r.metadata.num_frames, round(r.metadata.fps)) for r in report.results if r.metadata}
+    assert shapes == {(64, 48, 16, 8)}
+
+
+def test_make_synthetic_rejects_bad_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["make-synthetic", str(tmp_path), "--width", "63"])
+    assert exit_info.value.code == 2
+    assert "`width` must be an even number" in capsys.readouterr().err
+
+
+def test_synthetic_videos_need_motion_and_texture() -> None:
+    # Same seed, same video; the two textures have the same mean colour (coarse grids cannot
+    # tell them apart) and the object moves the way its label says.
+    def render(label: int) -> np.ndarray:
+        return render_synthetic_video(label, 160, 120, 20, np.random.default_rng(3))
+
+    assert np.array_equal(render(0), render(0))
+    for label, axis, sign in [(0, 1, -1), (2, 1, 1), (4, 0, -1), (6, 0, 1)]:
+        video = render(label).astype(np.int32)
+        moving = np.abs(video[1:] - video[:-1]).sum(axis=(0, 3)) > 0  # pixels that ever change
+        coords = np.nonzero(moving.any(axis=1 - axis))[0]
+        first = np.abs(video[1] - video[0]).sum(axis=(2,)).nonzero()[axis].mean()
+        last = np.abs(video[-1] - video[-2]).sum(axis=(2,)).nonzero()[axis].mean()
+        assert coords.size and np.sign(last - first) == sign
+    checker, stripes = render(0), render(1)
+    assert abs(float(checker.mean()) - float(stripes.mean())) < 1.0

@@ -1,0 +1,130 @@
+"""Manifests: Kinetics / PySlowFast / pytorchvideo lines, multi-label, folders per class, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lightning_multigrid.data.manifest import (
+    Manifest,
+    ManifestError,
+    VideoEntry,
+    load_manifest,
+    read_class_names,
+    read_folder_manifest,
+    read_manifest,
+    write_manifest,
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_space_and_comma_separated_with_header(tmp_path: Path) -> None:
+    spaces = read_manifest(write(tmp_path / "a.csv", "path label\nv/a.mp4 0\nv/b c.mp4 2\n\n"))
+    commas = read_manifest(write(tmp_path / "b.csv", "video,label\nv/a.mp4,0\nv/b c.mp4,2\n"))
+    for manifest in (spaces, commas):
+        assert manifest.entries == (
+            VideoEntry(str(tmp_path / "v/a.mp4"), (0,)),
+            VideoEntry(str(tmp_path / "v/b c.mp4"), (2,)),
+        )
+        assert manifest.num_classes == 3
+        assert not manifest.multi_label
+        assert manifest.entries[1].label == 2
+
+
+def test_root_and_absolute_paths(tmp_path: Path) -> None:
+    root = tmp_path / "videos"
+    root.mkdir()
+    manifest = read_manifest(write(tmp_path / "m.txt", "a.mp4 1\n/abs/b.mp4 0\n"), root=root)
+    assert [e.path for e in manifest.entries] == [str(root / "a.mp4"), "/abs/b.mp4"]
+
+
+def test_multi_label(tmp_path: Path) -> None:
+    manifest = read_manifest(write(tmp_path / "charades.csv", "a.mp4 3,17,42\nb.mp4 5\n"))
+    assert manifest.multi_label
+    assert manifest.entries[0].labels == (3, 17, 42)
+    assert manifest.num_classes == 43
+    with pytest.raises(ValueError, match="3 labels"):
+        _ = manifest.entries[0].label
+
+
+def test_class_names_as_labels(tmp_path: Path) -> None:
+    names = write(tmp_path / "classnames.txt", "abseiling\nair drumming\nbowling\n")
+    manifest = read_manifest(write(tmp_path / "m.csv", "a.mp4 bowling\nb.mp4,air drumming\nc.mp4 0\n"), class_names=names)
+    assert [e.labels for e in manifest.entries] == [(2,), (1,), (0,)]
+    assert manifest.class_names == ("abseiling", "air drumming", "bowling")
+    assert manifest.num_classes == 3
+
+
+def test_class_names_json(tmp_path: Path) -> None:
+    names = write(tmp_path / "classids.json", '{"b": 1, "a": 0}')
+    assert read_class_names(names) == ("a", "b")
+    with pytest.raises(ManifestError, match="without gaps"):
+        read_class_names(write(tmp_path / "bad.json", '{"b": 2, "a": 0}'))
+
+
+def test_folder_per_class(tmp_path: Path) -> None:
+    for name in ("b/2.mp4", "b/1.mp4", "a/x.avi", "a/notes.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    manifest = read_folder_manifest(tmp_path)
+    assert manifest.class_names == ("a", "b")
+    assert manifest.entries == (
+        VideoEntry(str(tmp_path / "a/x.avi"), (0,)),
+        VideoEntry(str(tmp_path / "b/1.mp4"), (1,)),
+        VideoEntry(str(tmp_path / "b/2.mp4"), (1,)),
+    )
+    assert load_manifest(tmp_path) == manifest
+
+
+def test_write_and_read_back(tmp_path: Path) -> None:
+    entries = [VideoEntry(str(tmp_path / "x/a.mp4"), (1,)), VideoEntry(str(tmp_path / "b.mp4"), (0, 2))]
+    write_manifest(tmp_path / "out.csv", entries)
+    assert (tmp_path / "out.csv").read_text() == "x/a.mp4 1\nb.mp4 0,2\n"
+    assert read_manifest(tmp_path / "out.csv").entries == tuple(entries)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("a.mp4 0\nb.mp4\n", r"m.csv:2: malformed line 'b.mp4'"),
+        ("a.mp4 0\n\nb.mp4 cat\n", r"m.csv:3: label 'cat' is not a class index.*pass `class_names`"),
+        ("a.mp4 -1\n", r"m.csv:1: label -1 is negative"),
+        ("", r"m.csv: the manifest lists no videos"),
+        ("path label\n# comment\n", r"m.csv: the manifest lists no videos"),
+    ],
+)
+def test_malformed_manifests(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(ManifestError, match=match):
+        read_manifest(write(tmp_path / "m.csv", text))
+
+
+def test_unknown_label_name(tmp_path: Path) -> None:
+    names = write(tmp_path / "names.txt", "cat\ndog\n")
+    with pytest.raises(ManifestError, match=r"m.csv:2: unknown label 'cow'"):
+        read_manifest(write(tmp_path / "m.csv", "a.mp4 cat\nb.mp4 cow\n"), class_names=names)
+    with pytest.raises(ManifestError, match=r"m.csv:1: label 2 is out of range for 2 class names"):
+        read_manifest(write(tmp_path / "m.csv", "a.mp4 2\n"), class_names=names)
+
+
+def test_missing_files_and_roots(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="Manifest .*nope.csv does not exist"):
+        read_manifest(tmp_path / "nope.csv")
+    manifest = write(tmp_path / "m.csv", "a.mp4 0\n")
+    with pytest.raises(FileNotFoundError, match="Dataset root .* is not a directory: check `root`"):
+        read_manifest(manifest, root=tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="Class-names file"):
+        read_manifest(manifest, class_names=tmp_path / "names.txt")
+    with pytest.raises(ManifestError, match="no class folders"):
+        read_folder_manifest(tmp_path)
+    with pytest.raises(ValueError, match="folder per class"):
+        load_manifest(tmp_path, root=tmp_path)
+
+
+def test_load_manifest_passes_objects_through(tmp_path: Path) -> None:
+    manifest = Manifest((VideoEntry("a.mp4", (0,)),), 1)
+    assert load_manifest(manifest) is manifest
