@@ -62,6 +62,7 @@ class MultigridCallback(Callback):
     :func:`lightning_multigrid.models.make_multigrid_compatible`).
 
     Args:
+        enabled: ``False`` turns the callback into a no-op, so one config runs the baseline too.
         long_cycle: vary frames and crop over epochs (paper, Section 3.2).
         short_cycle: vary the crop every iteration.
         epoch_factor: multigrid epochs relative to the baseline's ``max_epochs``.
@@ -89,6 +90,7 @@ class MultigridCallback(Callback):
 
     def __init__(
         self,
+        enabled: bool = True,
         long_cycle: bool = True,
         short_cycle: bool = True,
         epoch_factor: float = 1.5,
@@ -103,6 +105,7 @@ class MultigridCallback(Callback):
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
+        self.enabled = enabled
         self.long_cycle = long_cycle
         self.short_cycle = short_cycle
         self.epoch_factor = epoch_factor
@@ -128,7 +131,7 @@ class MultigridCallback(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if stage != "fit":
+        if stage != "fit" or not self.enabled:
             return
         if trainer.max_epochs is None or trainer.max_epochs < 1:
             raise ValueError(
@@ -156,6 +159,8 @@ class MultigridCallback(Callback):
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # After configure_optimizers: the user's schedulers exist and describe the baseline run.
+        if not self.enabled:
+            return
         datamodule = trainer.datamodule
         configs = trainer.lr_scheduler_configs
         if any(isinstance(c.scheduler, ReduceLROnPlateau) for c in configs):
@@ -242,16 +247,14 @@ class MultigridCallback(Callback):
     def _preflight(self, pl_module: pl.LightningModule, datamodule: Any) -> None:
         from lightning_multigrid.models import preflight
 
-        if type(pl_module).forward is pl.LightningModule.forward:
-            rank_zero_info("multigrid: skipped the preflight check: the LightningModule has no `forward`.")
-            return
         assert self.schedule is not None
-        preflight(
-            pl_module,
-            self.schedule.distinct_grids(),
-            slowfast_alpha=getattr(datamodule, "slowfast_alpha", None),
-            device=pl_module.device,
-        )
+        grids = self.schedule.distinct_grids()
+        if callable(getattr(pl_module, "preflight", None)):
+            pl_module.preflight(grids)  # the module knows its own input format (e.g. pathways)
+        elif type(pl_module).forward is pl.LightningModule.forward:
+            rank_zero_info("multigrid: skipped the preflight check: the LightningModule has no `forward`.")
+        else:
+            preflight(pl_module, grids, slowfast_alpha=getattr(datamodule, "slowfast_alpha", None), device=pl_module.device)
 
     def _summary(self, datamodule: Any) -> str:
         assert self.schedule is not None
@@ -262,6 +265,8 @@ class MultigridCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.schedule is None:
+            return
         # On resume the train loader was built while `current_epoch` still named the checkpoint's
         # epoch, not the one about to run: ask for a rebuild (a no-op for a fresh run at epoch 0).
         trainer.reload_dataloaders_every_n_epochs = 1
@@ -269,6 +274,8 @@ class MultigridCallback(Callback):
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        if self.schedule is None:
+            return
         epoch = trainer.current_epoch
         self._position = (epoch, batch_idx, max(1, int(trainer.num_training_batches)))
         stage = self._stage(epoch)
@@ -302,7 +309,8 @@ class MultigridCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        assert self.schedule is not None
+        if self.schedule is None:
+            return
         epoch = trainer.current_epoch
         stage = self._stage(epoch)
         grid = self.schedule.short_cycle_at(epoch, batch_idx)
@@ -327,6 +335,8 @@ class MultigridCallback(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # Rebuild the train loader only where the long-cycle shape changes: persistent workers
         # survive everywhere else.
+        if self.schedule is None:
+            return
         epoch = trainer.current_epoch
         changes = self._stage(epoch + 1).shape != self._stage(epoch).shape
         trainer.reload_dataloaders_every_n_epochs = 1 if changes else 0

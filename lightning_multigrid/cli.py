@@ -153,11 +153,23 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
 }
 
 
+# Handed to LightningCLI (model, data, trainer and `--multigrid.*` options from YAML or flags).
+LIGHTNING_COMMANDS = ("fit", "validate", "test")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lightning-multigrid`` console script."""
+    explicit = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_COMMANDS:
+        from lightning_multigrid.trainer_cli import run
+
+        run(argv if explicit else None)  # LightningCLI reads sys.argv itself
+        return
     parser = argparse.ArgumentParser(prog="lightning-multigrid", description="Multigrid training for video models.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in LIGHTNING_COMMANDS:
+        commands.add_parser(name, help=f"{name} a model (LightningCLI; see `lightning-multigrid {name} --help`)", add_help=False)
     for name, (help_text, add_arguments, _) in COMMANDS.items():
         add_arguments(commands.add_parser(name, help=help_text, description=help_text))
     args = parser.parse_args(argv)

@@ -539,7 +539,13 @@ def get_sync_group(group_size: int) -> ProcessGroup | None:
             "or use a plan without sync (`BNPlan('plain')` or `BNPlan('split', num_splits=k)`)."
         )
     world_size = dist.get_world_size()
-    if world_size == 1 or world_size % group_size:
+    if world_size == 1:
+        raise ValueError(
+            f"BatchNorm sync over `group_size`={group_size} ranks, but torch.distributed has a "
+            "single rank. Run with several processes or use a plan without sync (`BNPlan('plain')` "
+            "or `BNPlan('split', num_splits=k)`)."
+        )
+    if world_size % group_size:
         raise ValueError(
             f"BatchNorm sync over `group_size`={group_size} ranks needs a world size that is a "
             f"multiple of it, got world size {world_size}. Choose a group size that divides the "

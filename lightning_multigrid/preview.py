@@ -76,10 +76,9 @@ def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: i
     background colour the long-cycle shape, the red line the relative LR. Without
     ``dataset_size`` an epoch is 30 iterations of the base batch, enough to show the short cycle.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure without pyplot: no global backend switch, so notebooks keep theirs.
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
     clips = dataset_size or 30 * schedule.config.batch_size * schedule.config.devices
     # Iteration where each epoch starts, then per-iteration batch sizes and the LR per epoch.
@@ -93,9 +92,10 @@ def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: i
     ]
     lrs = [schedule.relative_lr_at(epoch) for epoch in range(schedule.max_epochs)]
 
-    figure, axis = plt.subplots(figsize=(12, 4))
+    figure = Figure(figsize=(12, 4))
+    axis = figure.subplots()
     shapes = sorted({(s.shape.num_frames, s.shape.crop_size) for s in schedule.stages})
-    palette = plt.get_cmap("viridis", max(len(shapes), 2))
+    palette = colormaps["viridis"].resampled(max(len(shapes), 2))
     for stage in schedule.stages:
         key = (stage.shape.num_frames, stage.shape.crop_size)
         start, end = epoch_starts[stage.start_epoch], epoch_starts[stage.end_epoch]
@@ -119,4 +119,3 @@ def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: i
     )
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)

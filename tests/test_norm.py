@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -137,12 +138,27 @@ def test_eval_ignores_grouping() -> None:
     assert torch.equal(untracked(x), nn.BatchNorm3d(C, track_running_stats=False).eval()(x))
 
 
-def test_split_without_running_stats_or_affine() -> None:
+@pytest.mark.parametrize("n", [12, 10])
+def test_split_without_running_stats_or_affine(n: int) -> None:
     layer = _layer(4, affine=False, track_running_stats=False)
-    x = _input(12, (3,))
+    x = _input(n, (3,)).requires_grad_()
     expected, _, _ = _group_reference(x, layer, 4)
     torch.testing.assert_close(layer(x), expected)
     assert layer.running_mean is None and layer.num_batches_tracked is None
+    assert torch.autograd.gradcheck(layer, (x,))
+
+
+def test_split_momentum_none_is_a_cumulative_average_of_the_aggregates() -> None:
+    layer = _layer(2, momentum=None)
+    aggregates = []
+    for n in (8, 7):  # an even and an uneven split
+        x = _input(n, (3,)) * n
+        layer(x)
+        _, means, variances = _group_reference(x, layer, 2)
+        mean = means.mean(0)
+        aggregates.append((mean, variances.mean(0) + (means - mean).pow(2).mean(0)))
+    torch.testing.assert_close(layer.running_mean, (aggregates[0][0] + aggregates[1][0]) / 2)
+    torch.testing.assert_close(layer.running_var, (aggregates[0][1] + aggregates[1][1]) / 2)
 
 
 @pytest.mark.parametrize(("n", "k"), [(8, 1), (8, 4), (7, 3), (3, 4)])
@@ -226,13 +242,26 @@ def test_apply_bn_plan_configures_every_layer() -> None:
     assert apply_bn_plan(nn.Sequential(nn.BatchNorm3d(C)), BNPlan("split", num_splits=2)) == 0
 
 
-def test_sync_without_distributed_is_a_clear_error() -> None:
+def test_sync_without_distributed_or_on_one_rank_is_a_clear_error(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
     model = convert_batchnorm(nn.BatchNorm3d(C))
-    with pytest.raises(ValueError, match="`group_size`=2 ranks needs torch.distributed"):
-        apply_bn_plan(model, BNPlan("sync", group_size=2))
     with pytest.raises(ValueError, match="`group_size` must be an integer >= 1, got 0"):
         get_sync_group(0)
     assert get_sync_group(1) is None
+    owned = not dist.is_initialized()  # a one-device DDP Trainer in another test may have left one
+    if owned:
+        with pytest.raises(ValueError, match="`group_size`=2 ranks needs torch.distributed"):
+            apply_bn_plan(model, BNPlan("sync", group_size=2))
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert dist.get_world_size() == 1
+        with pytest.raises(ValueError, match="single rank"):
+            apply_bn_plan(model, BNPlan("sync", group_size=2))
+        assert apply_bn_plan(model, BNPlan("sync", group_size=1)) == 1
+    finally:
+        if owned:
+            dist.destroy_process_group()
 
 
 SYNC_CASES = (("even", [4, 4, 4, 4]), ("uneven", [3, 5, 2, 6]))  # clips per rank
@@ -274,16 +303,28 @@ def _sync_worker(rank: int, world_size: int, store: str, out: str) -> None:
     dist.destroy_process_group()
 
 
-def _run_sync_workers(tmp_path: Path, world_size: int) -> list[dict]:
-    # Forked, so the workers need not import torch again (seconds each on a busy machine).
-    context = torch.multiprocessing.get_context("fork")
-    outs = [tmp_path / f"rank{rank}.pt" for rank in range(world_size)]
-    workers = [
-        context.Process(target=_sync_worker, args=(rank, world_size, str(tmp_path / "store"), str(outs[rank])))
-        for rank in range(world_size)
-    ]
+def _start_processes(target: object, args_per_rank: list[tuple], preload: list[str]) -> list:
+    """Start one process per rank from a forkserver.
+
+    Not plain fork: another test may leave a process group (and gloo's threads) in the pytest
+    process, and a forked child can deadlock on a lock one of those threads held. The forkserver
+    is a fresh interpreter (with ``preload`` imported once), so children start clean and fast.
+    """
+    context = torch.multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(preload)
+    workers = [context.Process(target=target, args=args) for args in args_per_rank]
     for worker in workers:
         worker.start()
+    return workers
+
+
+def _run_sync_workers(tmp_path: Path, world_size: int) -> list[dict]:
+    outs = [tmp_path / f"rank{rank}.pt" for rank in range(world_size)]
+    store = str(tmp_path / "store")
+    workers = _start_processes(
+        _sync_worker, [(rank, world_size, store, str(outs[rank])) for rank in range(world_size)],
+        preload=["torch", "lightning_multigrid.norm"],
+    )
     for worker in workers:
         worker.join(timeout=120)
     for rank, worker in enumerate(workers):
@@ -332,17 +373,17 @@ def _check_sync_results(results: list[dict], world_size: int) -> None:
                     assert torch.equal(got["running_var"], first["running_var"])
 
 
-needs_fork = pytest.mark.skipif(
-    "fork" not in torch.multiprocessing.get_all_start_methods(), reason="needs fork (POSIX)"
+needs_forkserver = pytest.mark.skipif(
+    "forkserver" not in torch.multiprocessing.get_all_start_methods(), reason="needs forkserver (POSIX)"
 )
 
 
-@needs_fork
+@needs_forkserver
 def test_sync_two_ranks_gloo(tmp_path: Path) -> None:
     _check_sync_results(_run_sync_workers(tmp_path, world_size=2), world_size=2)
 
 
-@needs_fork
+@needs_forkserver
 def test_sync_groups_of_two_among_four_ranks_gloo(tmp_path: Path) -> None:
     # Groups [0, 1] and [2, 3] come from new_group (not the world group): statistics stay inside.
     _check_sync_results(_run_sync_workers(tmp_path, world_size=4), world_size=4)
@@ -372,6 +413,15 @@ def test_convert_and_revert_keep_the_same_tensors() -> None:
     reverted = revert_batchnorm(model)
     assert reverted is model and model[1] is original and type(model[3][0]) is nn.BatchNorm1d
     assert all(model.state_dict(keep_vars=True)[name] is t for name, t in tensors.items())
+
+
+def test_converted_model_deep_copies_and_reverts() -> None:
+    model = convert_batchnorm(nn.Sequential(nn.BatchNorm3d(C)))
+    clone = copy.deepcopy(model)
+    assert clone[0].weight is not model[0].weight
+    revert_batchnorm(clone)
+    assert type(clone[0]) is nn.BatchNorm3d and clone[0].weight is not model[0].weight
+    assert torch.equal(clone[0].weight, model[0].weight)
 
 
 def test_convert_sees_tensors_replaced_after_conversion() -> None:
@@ -455,7 +505,7 @@ def _fresh(x: object) -> object:
     return list(x) if isinstance(x, tuple) else x
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
 def test_video_models_checkpoints_load_both_ways() -> None:
     for name, model, x in _video_models():
         # Non-trivial running statistics, so a mismatch in eval would show.
@@ -485,7 +535,7 @@ def test_video_models_checkpoints_load_both_ways() -> None:
             assert torch.equal(model(_fresh(x)), expected), name
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::DeprecationWarning")
 def test_converted_x3d_trains_in_split_mode() -> None:
     _, model, x = _video_models()[0]
     convert_batchnorm(model).train()

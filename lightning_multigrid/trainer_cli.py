@@ -1,0 +1,62 @@
+"""`lightning-multigrid fit | validate | test`: LightningCLI with the multigrid callback built in.
+
+The model (``--model``, default :class:`VideoClassifier`), the data (``--data``, default
+:class:`MultigridVideoDataModule`) and the Trainer come from YAML or flags as in any LightningCLI;
+``--multigrid.*`` configures :class:`MultigridCallback`, and ``--multigrid.enabled false`` runs
+the baseline with the same config, for comparison.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+
+from pytorch_lightning.cli import LightningCLI
+
+from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.module import VideoClassifier
+
+__all__ = ["MultigridCLI", "run"]
+
+
+class MultigridCLI(LightningCLI):
+    """LightningCLI that adds ``--multigrid.*`` and prints a summary after ``fit``."""
+
+    def add_arguments_to_parser(self, parser) -> None:  # type: ignore[no-untyped-def]
+        parser.add_lightning_class_args(MultigridCallback, "multigrid")
+        # The classifier's head must match the data's classes.
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+
+    def before_fit(self) -> None:
+        self._fit_started = time.perf_counter()
+
+    def after_fit(self) -> None:
+        elapsed = time.perf_counter() - self._fit_started
+        trainer = self.trainer
+        if not trainer.is_global_zero:
+            return
+        callback = next((c for c in trainer.callbacks if isinstance(c, MultigridCallback)), None)
+        mode = "multigrid" if callback is not None and callback.schedule is not None else "baseline"
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in sorted(metrics.items())) or "no validation metrics"
+        chance = f" (chance {1 / self.datamodule.num_classes:.3f})" if hasattr(self.datamodule, "num_classes") else ""
+        print(
+            f"\n{mode} training finished: {trainer.current_epoch} epochs, {trainer.global_step} optimizer steps, "
+            f"{elapsed:.0f} s wall-clock; {shown}{chance}"
+        )
+
+
+def run(args: Sequence[str] | None = None) -> None:
+    """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``)."""
+    # Lightning 2.6 with torch >= 2.10 warns about a deprecated pytree call on every batch.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    MultigridCLI(
+        VideoClassifier,
+        MultigridVideoDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=None if args is None else list(args),
+        save_config_kwargs={"overwrite": True},
+    )
