@@ -18,13 +18,13 @@ from typing import Any, Protocol, runtime_checkable
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
 from pytorch_lightning.utilities import rank_zero_info
 from torch.optim.lr_scheduler import MultiStepLR, ReduceLROnPlateau, SequentialLR, StepLR
 from typing_extensions import override
 
 from lightning_multigrid.lr import BaselineLR
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm, create_sync_groups
+from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
 from lightning_multigrid.schedule import (
     DEFAULT_LONG_CYCLE_FACTORS,
@@ -137,14 +137,7 @@ class MultigridCallback(Callback):
             raise ValueError(
                 f"MultigridCallback needs `Trainer(max_epochs=...)`, the baseline's epochs, got {trainer.max_epochs!r}."
             )
-        # Lightning keeps the layer-sync plugin on the strategy only; no public accessor.
-        if isinstance(getattr(trainer.strategy, "_layer_sync", None), TorchSyncBatchNorm):
-            raise ValueError(
-                "`Trainer(sync_batchnorm=True)` replaces MultigridCallback's BatchNorm with "
-                "torch.nn.SyncBatchNorm, which syncs every step over all devices and ignores the "
-                "multigrid BatchNorm plan. Remove `sync_batchnorm=True`: the callback syncs "
-                "statistics across devices where the schedule needs it."
-            )
+        check_no_torch_sync_batchnorm(trainer)
         if not isinstance(trainer.datamodule, GridDataModule):
             raise ValueError(
                 f"MultigridCallback needs a DataModule that serves multigrid grids, got "

@@ -24,7 +24,7 @@ __all__ = ["MultigridCLI", "run"]
 class MultigridCLI(LightningCLI):
     """LightningCLI that adds ``--multigrid.*`` and prints a summary after ``fit``."""
 
-    def add_arguments_to_parser(self, parser) -> None:  # type: ignore[no-untyped-def]
+    def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")
         # The classifier's head must match the data's classes.
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")

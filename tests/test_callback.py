@@ -229,13 +229,20 @@ class StopAfter(pl.Callback):
             trainer.should_stop = True
 
 
-def test_refuses_sync_batchnorm(synthetic_dataset, train_manifest):
+def test_refuses_sync_batchnorm(synthetic_dataset, train_manifest, monkeypatch):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK"):
+        monkeypatch.delenv(name, raising=False)  # undone after the test: Lightning sets them
     trainer = pl.Trainer(
         max_epochs=2, accelerator="cpu", devices=1, strategy="ddp", sync_batchnorm=True, logger=False,
         callbacks=[MultigridCallback()],
     )
-    with pytest.raises(ValueError, match="Remove `sync_batchnorm=True`"):
-        trainer.fit(RecordingNet(), datamodule=make_datamodule(synthetic_dataset, train_manifest))
+    try:
+        with pytest.raises(ValueError, match="Remove `sync_batchnorm=True`"):
+            trainer.fit(RecordingNet(), datamodule=make_datamodule(synthetic_dataset, train_manifest))
+    finally:
+        # The DDP strategy set up a one-rank process group; forked workers of later tests must not inherit it.
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 def test_refuses_reduce_on_plateau(synthetic_dataset, train_manifest):

@@ -38,7 +38,9 @@ SCHEDULE = build_schedule(
 
 def run_ddp_fit(data: SyntheticDataset, out_dir: Path) -> list[dict[str, Any]]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("LOCAL_RANK", None)  # a fresh launch, not a re-launched rank
+    # A fresh launch, not a re-launched rank, and no rendezvous left behind by an earlier test.
+    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
     proc = subprocess.Popen(
         [sys.executable, str(SCRIPT), str(out_dir), str(data.root), str(data.train_manifest), str(data.val_manifest)],
         cwd=out_dir,  # the package must come from the installed distribution, not the checkout's cwd

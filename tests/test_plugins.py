@@ -173,7 +173,9 @@ def test_ddp_fit_with_the_plugin(tmp_path: Path) -> None:
     script = tmp_path / "plugin_ddp_fit.py"
     script.write_text(_DDP_SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("LOCAL_RANK", None)  # a fresh launch, not a re-launched rank
+    # A fresh launch, not a re-launched rank, and no rendezvous left behind by an earlier test.
+    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
     proc = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
