@@ -24,8 +24,8 @@ __all__ = ["update_bn_stats"]
 def update_bn_stats(trainer: pl.Trainer, pl_module: pl.LightningModule, loader: Iterable[Any], num_batches: int) -> int:
     """Replace BatchNorm running statistics by their average over ``num_batches`` batches.
 
-    Batches are dicts with a ``"video"`` entry; they are moved to the device and prepared by the
-    DataModule's ``on_after_batch_transfer`` as in training. BatchNorm runs in plain mode (one
+    Batches are dicts with a ``"video"`` entry; they go through the strategy's ``batch_to_device``,
+    which also runs the transfer hooks (the DataModule's normalisation), as in training. BatchNorm runs in plain mode (one
     group per device); the other layers run in train mode without gradients.
 
     Returns:
@@ -42,14 +42,10 @@ def update_bn_stats(trainer: pl.Trainer, pl_module: pl.LightningModule, loader: 
     was_training = pl_module.training
     pl_module.train()
     used = 0
-    datamodule = trainer.datamodule
     for batch in loader:
         if used >= num_batches:
             break
-        batch = trainer.strategy.batch_to_device(batch)
-        if datamodule is not None:
-            batch = datamodule.on_after_batch_transfer(batch, 0)
-        pl_module(batch["video"])
+        pl_module(trainer.strategy.batch_to_device(batch)["video"])
         used += 1
     pl_module.train(was_training)
     for layer, (momentum, tracked) in zip(layers, saved):

@@ -20,6 +20,7 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.norm import MultigridBatchNorm
+from lightning_multigrid.precise_bn import update_bn_stats
 
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)
 BASE_LR = 0.1
@@ -283,11 +284,32 @@ def test_logs_grid_lr_and_skipped_videos(synthetic_dataset, train_manifest, tmp_
 
 
 def test_precise_bn_recomputes_statistics_at_the_base_shape(synthetic_dataset, train_manifest):
-    model = RecordingNet("multistep")
+    class InputNorm(RecordingNet):
+        """BatchNorm first, so its statistics are those of the normalised input clips."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.BatchNorm3d(3), nn.Conv3d(3, 4, 3, padding=1), nn.ReLU(),
+                                     nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(4, 4))
+
+    model = InputNorm()
     datamodule = make_datamodule(synthetic_dataset, train_manifest)
-    fit(model, datamodule, MultigridCallback(precise_bn_batches=4, milestones=MILESTONES), limit_train_batches=2)
-    bn = model.net[1]
-    # After the last validation the statistics are an average over 4 base-shape batches: the
-    # counter is back to what training left, and the mean is that of real activations.
+    trainer = fit(model, datamodule, MultigridCallback(precise_bn_batches=3, milestones=MILESTONES), limit_train_batches=2)
+    bn = model.net[0]
     assert isinstance(bn, MultigridBatchNorm)
-    assert torch.isfinite(bn.running_mean).all() and (bn.running_var > 0).all()
+    # The callback's last precise BN saw normalised clips (normalising twice would put the mean
+    # near (-2 - 0.45) / 0.225 = -10.9).
+    assert bn.running_mean.abs().max() < 2.5
+
+    # Recomputed: the plain average over 3 base-shape batches of the precise-BN loader; iterating
+    # it again in the same epoch gives the same clips.
+    assert update_bn_stats(trainer, model, datamodule.precise_bn_dataloader(), 3) == 3
+    means, variances = [], []
+    for batch, _ in zip(datamodule.precise_bn_dataloader(), range(3)):
+        video = datamodule.on_after_batch_transfer(batch, 0)["video"]
+        assert video.shape[1:] == (3, BASE["num_frames"], BASE["crop_size"], BASE["crop_size"])
+        means.append(video.mean(dim=(0, 2, 3, 4)))
+        variances.append(video.transpose(0, 1).flatten(1).var(dim=1))
+    torch.testing.assert_close(bn.running_mean, torch.stack(means).mean(0), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(bn.running_var, torch.stack(variances).mean(0), rtol=1e-4, atol=1e-5)
+    assert bn.momentum == 0.1  # restored
