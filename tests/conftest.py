@@ -9,6 +9,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -143,3 +147,26 @@ def synthetic_dataset(tmp_path_factory: pytest.TempPathFactory) -> SyntheticData
         seed=0,
         workers=1,
     )
+
+
+def run_ddp_script(args: Sequence[str], cwd: Path, timeout_s: float) -> None:
+    """Run ``python *args`` as a fresh 2-process DDP launch; fail the test on error or hang.
+
+    The script runs in its own session (rank 1 is rank 0's child), so a hang is killed with both
+    ranks after ``timeout_s``. Rendezvous variables an earlier test left in this process are
+    dropped, and ``cwd`` keeps the package coming from the installed distribution.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"the 2-process DDP run did not finish within {timeout_s} s (hang?):\n{output[-6000:]}")
+    assert proc.returncode == 0, f"the DDP run failed (exit {proc.returncode}):\n{output[-6000:]}"

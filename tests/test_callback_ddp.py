@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import run_ddp_script
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import MultigridConfig, build_schedule
 
@@ -37,26 +34,11 @@ SCHEDULE = build_schedule(
 
 
 def run_ddp_fit(data: SyntheticDataset, out_dir: Path) -> list[dict[str, Any]]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    # A fresh launch, not a re-launched rank, and no rendezvous left behind by an earlier test.
-    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), str(out_dir), str(data.root), str(data.train_manifest), str(data.val_manifest)],
-        cwd=out_dir,  # the package must come from the installed distribution, not the checkout's cwd
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # rank 1 is rank 0's child: kill the whole group on a hang
+    run_ddp_script(
+        [str(SCRIPT), str(out_dir), str(data.root), str(data.train_manifest), str(data.val_manifest)],
+        cwd=out_dir,
+        timeout_s=TIMEOUT_S,
     )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"the 2-process DDP fit did not finish within {TIMEOUT_S} s (hang?):\n{output[-6000:]}")
-    assert proc.returncode == 0, f"the DDP fit failed (exit {proc.returncode}):\n{output[-6000:]}"
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(DEVICES)]
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -17,6 +14,7 @@ from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from conftest import run_ddp_script
 from lightning_multigrid.norm import MultigridBatchNorm
 from lightning_multigrid.plugins import MultigridBatchNormSync, check_no_torch_sync_batchnorm
 
@@ -172,22 +170,7 @@ TIMEOUT_S = 180
 def test_ddp_fit_with_the_plugin(tmp_path: Path) -> None:
     script = tmp_path / "plugin_ddp_fit.py"
     script.write_text(_DDP_SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    # A fresh launch, not a re-launched rank, and no rendezvous left behind by an earlier test.
-    for name in ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,  # rank 1 is rank 0's child: kill the whole group on a hang
-    )
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        pytest.fail(f"the 2-process DDP fit did not finish within {TIMEOUT_S} s (hang?):\n{output[-6000:]}")
-    assert proc.returncode == 0, f"the DDP fit failed (exit {proc.returncode}):\n{output[-6000:]}"
+    run_ddp_script([str(script), str(tmp_path)], cwd=tmp_path, timeout_s=TIMEOUT_S)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     for rank in ranks:
         assert rank["world_size"] == 2 and rank["converted"] and rank["configured"] == 2
