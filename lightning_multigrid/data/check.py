@@ -1,0 +1,126 @@
+"""Decode every video of a manifest before training: ``lightning-multigrid check-data``.
+
+Training skips bad videos (and reports them) rather than dying; this finds them all up front, in
+parallel, and summarises the dataset (durations, frame rates, resolutions).
+
+Example::
+
+    report = check_videos(load_manifest("data/train.csv"), workers=8)
+    print(format_report(report))
+    report.failures        # (VideoCheck(path=..., metadata=None, error='...'), ...)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from lightning_multigrid.data.decode import MetadataCache, VideoDecodeError, VideoMetadata, VideoReader
+from lightning_multigrid.data.manifest import Manifest
+
+__all__ = ["CheckReport", "VideoCheck", "check_video", "check_videos", "format_report"]
+
+
+@dataclass(frozen=True, slots=True)
+class VideoCheck:
+    """The outcome for one video: its metadata, or why it cannot be decoded."""
+
+    path: str
+    metadata: VideoMetadata | None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """Every video's outcome, in manifest order."""
+
+    results: tuple[VideoCheck, ...]
+
+    @property
+    def failures(self) -> tuple[VideoCheck, ...]:
+        return tuple(r for r in self.results if r.error is not None)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def metadata_cache(self) -> MetadataCache:
+        """The metadata of the readable videos, to save for datasets (``metadata_file``)."""
+        cache = MetadataCache()
+        for result in self.results:
+            if result.metadata is not None:
+                cache.put(result.path, result.metadata)
+        return cache
+
+
+def check_video(path: str) -> VideoCheck:
+    """Open, probe and decode every frame of one video (no colour conversion)."""
+    try:
+        with VideoReader(path) as video:
+            decoded = video.decode_all()
+            expected = video.metadata.num_frames
+            if decoded < expected:
+                return VideoCheck(
+                    path, None, f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
+                )
+            return VideoCheck(path, video.metadata)
+    except VideoDecodeError as error:
+        return VideoCheck(path, None, error.reason)
+
+
+def check_videos(manifest: Manifest | Sequence[str], workers: int | None = None, progress: bool = True) -> CheckReport:
+    """Check every video, in parallel processes, with a progress bar on stderr.
+
+    Args:
+        manifest: a manifest, or video paths.
+        workers: processes; default the CPU count, ``0`` or ``1`` checks in this process.
+        progress: show a tqdm progress bar.
+
+    Raises:
+        ValueError: when ``workers`` is negative.
+    """
+    from tqdm import tqdm
+
+    if workers is not None and workers < 0:
+        raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
+    paths = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
+    processes = min((os.cpu_count() or 1) if workers is None else workers, len(paths))
+    bar = tqdm(total=len(paths), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
+    results: list[VideoCheck] = []
+    with bar:
+        if processes <= 1:
+            for path in paths:
+                results.append(check_video(path))
+                bar.update()
+        else:
+            with ProcessPoolExecutor(processes) as pool:
+                chunk = max(1, min(16, len(paths) // (8 * processes)))
+                for result in pool.map(check_video, paths, chunksize=chunk):
+                    results.append(result)
+                    bar.update()
+    return CheckReport(tuple(results))
+
+
+def format_report(report: CheckReport) -> str:
+    """Failures (one line each: path and reason), then a summary of the readable videos."""
+    lines = [f"FAILED {r.path}: {r.error}" for r in report.failures]
+    good = [r.metadata for r in report.results if r.metadata is not None]
+    total = len(report.results)
+    lines.append(f"{len(good)} of {total} videos decode, {total - len(good)} fail.")
+    if good:
+        seconds = sum(m.duration for m in good)
+        hours, rest = divmod(round(seconds), 3600)
+        sizes = sorted(good, key=lambda m: (m.width * m.height, m.width))
+        lines += [
+            f"total duration  {hours}:{rest // 60:02d}:{rest % 60:02d} ({seconds:.1f} s), "
+            f"{min(m.duration for m in good):.2f}-{max(m.duration for m in good):.2f} s per video",
+            f"frames          {sum(m.num_frames for m in good)} in all, "
+            f"{min(m.num_frames for m in good)}-{max(m.num_frames for m in good)} per video",
+            f"fps             {min(m.fps for m in good):.2f}-{max(m.fps for m in good):.2f}",
+            f"resolution      {sizes[0].width}x{sizes[0].height} to {sizes[-1].width}x{sizes[-1].height}, "
+            f"short side {min(min(m.width, m.height) for m in good)}-{max(min(m.width, m.height) for m in good)} px",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,369 @@
+"""Video datasets: training clips at the grid each request asks for, and multi-view evaluation.
+
+:class:`TrainVideoDataset` is indexed by :class:`~lightning_multigrid.data.request.ClipRequest`
+(the batch sampler decides the grid and the seed; the dataset only decodes), and
+:class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
+
+Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
+device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
+
+    {"video": uint8 (C, T, H, W) | [slow, fast], "label": int | float multi-hot (num_classes,),
+     "index": int, "skipped": tuple[str, ...]}           # + "view": int for evaluation
+
+**Bad videos.** Real datasets hold missing, empty, truncated and non-video files. With
+``strict=False`` (the default) a clip that cannot be decoded is replaced by a clip of another
+video, chosen deterministically from the request's seed (distinct videos, at most
+``max_replacements``); the path and reason are logged once per
+process (logger ``lightning_multigrid.data``) and the path travels with the sample in
+``"skipped"`` so the main process can count distinct skipped videos. With ``strict=True`` the
+:class:`~lightning_multigrid.data.decode.VideoDecodeError` (path and reason) is raised.
+Configuration mistakes (missing or empty manifest, bad root) raise at construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from lightning_multigrid.data.decode import Interpolation, MetadataCache, VideoDecodeError, VideoReader
+from lightning_multigrid.data.manifest import Manifest, load_manifest
+from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.sampling import ClipParams, eval_clip_params, sample_clip_params
+
+__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
+
+logger = logging.getLogger("lightning_multigrid.data")
+
+Sample = dict[str, Any]
+
+# Bad videos already logged by this process (each DataLoader worker logs its own once).
+_LOGGED: set[str] = set()
+
+
+def slowfast_pathways(video: torch.Tensor, alpha: int) -> list[torch.Tensor]:
+    """SlowFast input ``[slow, fast]`` from a clip ``(C, T, H, W)``: slow is every ``alpha``-th frame.
+
+    Slow has ``ceil(T / alpha)`` frames, starting with the first.
+    """
+    return [video[:, ::alpha], video]
+
+
+class _VideoDataset:
+    """What training and evaluation share: manifest, labels, metadata cache, bad-video handling."""
+
+    def __init__(
+        self,
+        manifest: str | os.PathLike[str] | Manifest,
+        root: str | os.PathLike[str] | None,
+        class_names: str | os.PathLike[str] | Sequence[str] | None,
+        strict: bool,
+        slowfast_alpha: int | None,
+        metadata_file: str | os.PathLike[str] | None,
+        max_replacements: int,
+        interpolation: Interpolation,
+    ) -> None:
+        self.manifest = load_manifest(manifest, root=root, class_names=class_names)
+        if slowfast_alpha is not None and (isinstance(slowfast_alpha, bool) or slowfast_alpha < 1):
+            raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
+        if max_replacements < 1:
+            raise ValueError(f"`max_replacements` must be >= 1, got {max_replacements!r}.")
+        self.strict = strict
+        self.slowfast_alpha = slowfast_alpha
+        self.max_replacements = max_replacements
+        self.interpolation = interpolation
+        # Per process: each DataLoader worker gets (and fills) its own copy.
+        self.metadata = MetadataCache(metadata_file)
+        self._failed: dict[str, str] = {}
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.manifest.entries)
+
+    @property
+    def num_classes(self) -> int:
+        return self.manifest.num_classes
+
+    @property
+    def multi_label(self) -> bool:
+        return self.manifest.multi_label
+
+    @property
+    def class_names(self) -> tuple[str, ...] | None:
+        return self.manifest.class_names
+
+    def target(self, video_index: int) -> int | torch.Tensor:
+        """The label of a video: an int, or a float multi-hot ``(num_classes,)`` when multi-label."""
+        labels = self.manifest.entries[video_index].labels
+        if not self.manifest.multi_label:
+            return labels[0]
+        target = torch.zeros(self.manifest.num_classes, dtype=torch.float32)
+        target[list(labels)] = 1.0
+        return target
+
+    def _load(self, video_index: int, draw: Any) -> torch.Tensor:
+        """Decode the clip ``draw(metadata) -> ClipParams`` of one video; raises VideoDecodeError."""
+        path = self.manifest.entries[video_index].path
+        if path in self._failed:
+            raise VideoDecodeError(path, self._failed[path])
+        metadata = self.metadata.get(path)
+        with VideoReader(path, metadata, self.interpolation) as video:
+            if metadata is None:
+                self.metadata.put(path, video.metadata)
+            params: ClipParams = draw(video.metadata)
+            return video.read(params)
+
+    def _load_or_replace(self, video_index: int, seed: int, draw: Any) -> tuple[int, torch.Tensor, tuple[str, ...]]:
+        """The clip of ``video_index``, or of the first decodable replacement; and the skipped paths.
+
+        Replacements are distinct videos drawn by ``random.Random(seed).sample``: the same in every
+        process, so a run stays reproducible whatever the number of workers.
+        """
+        count = min(self.num_videos, self.max_replacements + 1)
+        others = [i for i in random.Random(seed).sample(range(self.num_videos), count) if i != video_index]
+        skipped: list[str] = []
+        for index in [video_index, *others[: self.max_replacements]]:
+            try:
+                return index, self._load(index, draw), tuple(skipped)
+            except VideoDecodeError as error:
+                if self.strict:
+                    raise
+                self._report(error)
+                skipped.append(error.path)
+        raise RuntimeError(
+            f"{len(skipped)} videos in a row could not be decoded, last {skipped[-3:]}: most of the dataset "
+            f"({self.manifest.source}) is unreadable. Run `lightning-multigrid check-data "
+            f"{self.manifest.source}` to list the bad files."
+        )
+
+    def _report(self, error: VideoDecodeError) -> None:
+        self._failed[error.path] = error.reason
+        if error.path in _LOGGED:
+            return
+        _LOGGED.add(error.path)
+        logger.warning(
+            "Skipping video %s: %s. It is replaced by another video's clip and reported in the batch's "
+            "'skipped' paths (logged once per process; `lightning-multigrid check-data` lists all bad files).",
+            error.path,
+            error.reason,
+        )
+
+    def _sample(self, index: int, video: torch.Tensor, skipped: tuple[str, ...]) -> Sample:
+        clip: torch.Tensor | list[torch.Tensor] = video
+        if self.slowfast_alpha is not None:
+            clip = slowfast_pathways(video, self.slowfast_alpha)
+        return {"video": clip, "label": self.target(index), "index": index, "skipped": skipped}
+
+
+class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
+    """Training clips decoded straight to the grid of each :class:`ClipRequest`.
+
+    Args:
+        manifest: a manifest file (``path label`` lines), a folder with one sub-folder per
+            class, or a :class:`~lightning_multigrid.data.manifest.Manifest`.
+        root: directory the manifest's paths are relative to (default: the manifest's).
+        class_names: class-names file or names, for labels written as names.
+        flip: random horizontal flips; turn off when labels depend on direction.
+        strict: raise on an undecodable video instead of replacing it.
+        slowfast_alpha: return ``[slow, fast]`` pathways, slow taking every ``alpha``-th frame.
+        metadata_file: precomputed metadata (``check-data --write-metadata``) to skip probing.
+        max_replacements: replacements to try before giving up on a sample.
+        interpolation: swscale resize filter.
+
+    Raises:
+        FileNotFoundError: when the manifest, root or metadata file does not exist.
+        ManifestError: when the manifest is malformed or empty.
+
+    Example::
+
+        dataset = TrainVideoDataset("data/train.csv", flip=False)
+        request = ClipRequest(index=0, num_frames=8, crop_size=112, stride_range=(2.0, 4.0),
+                              scale_range=(128, 160), seed=1234)
+        dataset[request]["video"].shape      # torch.Size([3, 8, 112, 112]), uint8
+    """
+
+    def __init__(
+        self,
+        manifest: str | os.PathLike[str] | Manifest,
+        root: str | os.PathLike[str] | None = None,
+        class_names: str | os.PathLike[str] | Sequence[str] | None = None,
+        flip: bool = True,
+        strict: bool = False,
+        slowfast_alpha: int | None = None,
+        metadata_file: str | os.PathLike[str] | None = None,
+        max_replacements: int = 20,
+        interpolation: Interpolation = "BILINEAR",
+    ) -> None:
+        super().__init__(
+            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation
+        )
+        self.flip = flip
+
+    def __len__(self) -> int:
+        return self.num_videos
+
+    def __getitem__(self, request: ClipRequest) -> Sample:
+        """The clip of ``request`` (or of a replacement video when it cannot be decoded).
+
+        Returns:
+            ``{"video": uint8 (C, num_frames, crop_size, crop_size) or [slow, fast],
+            "label": int or float multi-hot, "index": video index actually used,
+            "skipped": paths replaced on the way, usually empty}``.
+
+        Raises:
+            TypeError: when indexed by something other than a ``ClipRequest``.
+            VideoDecodeError: with ``strict=True``, when the video cannot be decoded.
+        """
+        if not isinstance(request, ClipRequest):
+            raise TypeError(
+                f"TrainVideoDataset is indexed by `ClipRequest`, got {type(request).__name__}: "
+                "use it with `ShortCycleBatchSampler` (or build requests yourself)."
+            )
+        if not 0 <= request.index < self.num_videos:
+            raise IndexError(f"`ClipRequest.index` {request.index} is out of range for {self.num_videos} videos.")
+
+        def draw(metadata: Any) -> ClipParams:
+            return sample_clip_params(request, metadata, flip=self.flip)
+
+        index, video, skipped = self._load_or_replace(request.index, request.seed, draw)
+        return self._sample(index, video, skipped)
+
+
+class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
+    """Validation / test views at the baseline shape: ``num_temporal_clips x num_spatial_crops`` per video.
+
+    Item ``i`` is view ``i % views`` of video ``i // views``; view ``v`` is temporal clip
+    ``v // num_spatial_crops``, spatial crop ``v % num_spatial_crops``. Samples carry ``"index"``
+    (video) and ``"view"`` so predictions can be averaged per video. An undecodable video is
+    replaced by another video's same view (tagged with that video's index), so it gets no
+    predictions and the replacement's one view counts twice.
+
+    Args:
+        manifest: as :class:`TrainVideoDataset`.
+        num_frames: frames per clip (baseline ``T``).
+        crop_size: square crop in pixels (baseline ``S``).
+        stride: frame stride in source frames (baseline ``tau``).
+        short_side: short side before the crop; default ``round(crop_size * 256 / 224)``.
+        num_temporal_clips: uniform temporal clips per video.
+        num_spatial_crops: 1 (centre) or 3 (both ends and centre of the long side).
+        root: as :class:`TrainVideoDataset`.
+        class_names: as :class:`TrainVideoDataset`.
+        strict: as :class:`TrainVideoDataset`.
+        slowfast_alpha: as :class:`TrainVideoDataset`.
+        metadata_file: as :class:`TrainVideoDataset`.
+        max_replacements: as :class:`TrainVideoDataset`.
+        interpolation: as :class:`TrainVideoDataset`.
+    """
+
+    def __init__(
+        self,
+        manifest: str | os.PathLike[str] | Manifest,
+        num_frames: int,
+        crop_size: int,
+        stride: float = 1,
+        short_side: int | None = None,
+        num_temporal_clips: int = 1,
+        num_spatial_crops: int = 1,
+        root: str | os.PathLike[str] | None = None,
+        class_names: str | os.PathLike[str] | Sequence[str] | None = None,
+        strict: bool = False,
+        slowfast_alpha: int | None = None,
+        metadata_file: str | os.PathLike[str] | None = None,
+        max_replacements: int = 20,
+        interpolation: Interpolation = "BILINEAR",
+    ) -> None:
+        for name, value in (
+            ("num_frames", num_frames),
+            ("crop_size", crop_size),
+            ("num_temporal_clips", num_temporal_clips),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if num_spatial_crops not in (1, 3):
+            raise ValueError(f"`num_spatial_crops` must be 1 or 3, got {num_spatial_crops!r}.")
+        if not stride > 0:
+            raise ValueError(f"`stride` must be > 0, got {stride!r}.")
+        short_side = round(crop_size * 256 / 224) if short_side is None else short_side
+        if short_side < crop_size:
+            raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
+        super().__init__(
+            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation
+        )
+        self.num_frames = num_frames
+        self.crop_size = crop_size
+        self.stride = stride
+        self.short_side = short_side
+        self.num_temporal_clips = num_temporal_clips
+        self.num_spatial_crops = num_spatial_crops
+
+    @property
+    def num_views(self) -> int:
+        return self.num_temporal_clips * self.num_spatial_crops
+
+    def __len__(self) -> int:
+        return self.num_videos * self.num_views
+
+    def __getitem__(self, item: int) -> Sample:
+        """View ``item % num_views`` of video ``item // num_views``; keys as training plus ``"view"``."""
+        if not 0 <= item < len(self):
+            raise IndexError(f"Item {item} is out of range for {len(self)} views.")
+        video_index, view = divmod(item, self.num_views)
+        temporal, spatial = divmod(view, self.num_spatial_crops)
+
+        def draw(metadata: Any) -> ClipParams:
+            return eval_clip_params(
+                metadata,
+                self.num_frames,
+                self.stride,
+                self.short_side,
+                self.crop_size,
+                temporal,
+                self.num_temporal_clips,
+                spatial,
+                self.num_spatial_crops,
+            )
+
+        index, video, skipped = self._load_or_replace(video_index, item, draw)
+        sample = self._sample(index, video, skipped)
+        sample["view"] = view
+        return sample
+
+
+def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Stack samples into a batch.
+
+    Returns:
+        ``{"video": uint8 (N, C, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
+        "index": int64 (N,), "skipped": list of paths (concatenated, possibly repeated)}``,
+        plus ``"view": int64 (N,)`` for evaluation samples.
+
+    Raises:
+        ValueError: when the batch is empty or its clips have different shapes.
+    """
+    if not samples:
+        raise ValueError("`collate_clips` got an empty batch.")
+    first = samples[0]["video"]
+    try:
+        if isinstance(first, torch.Tensor):
+            video: torch.Tensor | list[torch.Tensor] = torch.stack([s["video"] for s in samples])
+        else:
+            video = [torch.stack([s["video"][p] for s in samples]) for p in range(len(first))]
+    except RuntimeError as error:
+        shapes = sorted({str(tuple(s["video"].shape)) for s in samples if isinstance(s["video"], torch.Tensor)})
+        raise ValueError(f"Clips of one batch must share a shape, got {shapes or error}.") from None
+    labels = [s["label"] for s in samples]
+    label = torch.stack(labels) if isinstance(labels[0], torch.Tensor) else torch.tensor(labels, dtype=torch.int64)
+    batch: dict[str, Any] = {
+        "video": video,
+        "label": label,
+        "index": torch.tensor([s["index"] for s in samples], dtype=torch.int64),
+        "skipped": [path for s in samples for path in s["skipped"]],
+    }
+    if "view" in samples[0]:
+        batch["view"] = torch.tensor([s["view"] for s in samples], dtype=torch.int64)
+    return batch

@@ -1,0 +1,198 @@
+"""Where a clip comes from: frame indices, resize, crop box and flip, as plain numbers.
+
+Pure functions, no decoding and no torch, in the draw-then-apply style of torchvision's
+transforms v2: :func:`sample_clip_params` draws every random number of a training clip from
+``random.Random(request.seed)`` (so a seeded run is the same whatever the number of workers),
+:func:`eval_clip_params` places the deterministic views of validation and test, and
+:meth:`lightning_multigrid.data.decode.VideoReader.read` applies the result.
+
+Training draws, in this order (DESIGN.md, "Sampling grids"):
+
+1. ``stride = rng.uniform(*request.stride_range)`` (source frames at the video's own rate);
+2. ``start = rng.randint(0, max(N - span, 0))`` with ``span = floor((T - 1) * stride) + 1``
+   frames, ``N`` the video's frames; frame ``k`` is ``min(start + floor(k * stride), N - 1)``, so a
+   video shorter than the span gives all it has and repeats its last frame (as the reference does);
+3. ``short_side = rng.randint(*request.scale_range)`` (at least the crop);
+4. ``crop_x = rng.randint(0, width' - crop)``, ``crop_y = rng.randint(0, height' - crop)`` in the
+   resized frame;
+5. ``flip = rng.random() < 0.5`` (always drawn, then dropped where flipping is off).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightning_multigrid.data.decode import VideoMetadata
+    from lightning_multigrid.data.request import ClipRequest
+
+__all__ = [
+    "ClipParams",
+    "check_request",
+    "eval_clip_params",
+    "frame_indices",
+    "resized_size",
+    "sample_clip_params",
+    "span_frames",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ClipParams:
+    """Everything random about one clip, drawn; decoding only applies it.
+
+    Attributes:
+        frame_indices: 0-based source frames in display order, one per output frame
+            (repeats allowed).
+        resize_width: frame width in pixels after the resize, before the crop.
+        resize_height: frame height in pixels after the resize, before the crop.
+        crop_x: left edge of the square crop in the resized frame, pixels.
+        crop_y: top edge of the crop, pixels.
+        crop_size: side of the crop, pixels.
+        flip: mirror left-right after cropping.
+    """
+
+    frame_indices: tuple[int, ...]
+    resize_width: int
+    resize_height: int
+    crop_x: int
+    crop_y: int
+    crop_size: int
+    flip: bool = False
+
+
+def span_frames(num_frames: int, stride: float) -> int:
+    """Source frames from the first to the last sampled frame, both included."""
+    return math.floor((num_frames - 1) * stride) + 1
+
+
+def frame_indices(video_frames: int, num_frames: int, stride: float, start: int) -> tuple[int, ...]:
+    """Frames ``start + floor(k * stride)`` for ``k < num_frames``, clamped to the last frame.
+
+    Example::
+
+        frame_indices(video_frames=10, num_frames=4, stride=3, start=2)   # (2, 5, 8, 9)
+    """
+    last = video_frames - 1
+    return tuple(min(start + math.floor(k * stride), last) for k in range(num_frames))
+
+
+def resized_size(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """``(width, height)`` after scaling so the short side is ``short_side``, aspect kept."""
+    if width <= height:
+        return short_side, max(short_side, round(height * short_side / width))
+    return max(short_side, round(width * short_side / height)), short_side
+
+
+def check_request(request: ClipRequest) -> None:
+    """Raise a ``ValueError`` naming the field when a clip request cannot be sampled."""
+    if request.num_frames < 1 or request.crop_size < 1:
+        raise ValueError(
+            f"`ClipRequest.num_frames` and `crop_size` must be >= 1, got "
+            f"{request.num_frames} and {request.crop_size}."
+        )
+    low, high = request.stride_range
+    if not 0 < low <= high:
+        raise ValueError(f"`ClipRequest.stride_range` must be 0 < min <= max, got {request.stride_range!r}.")
+    low_scale, high_scale = request.scale_range
+    if not 0 < low_scale <= high_scale:
+        raise ValueError(f"`ClipRequest.scale_range` must be 0 < min <= max, got {request.scale_range!r}.")
+    if high_scale < request.crop_size:
+        raise ValueError(
+            f"`ClipRequest.scale_range` {request.scale_range!r} is below `crop_size`={request.crop_size}: "
+            "the crop would not fit; use `MultigridSchedule.jitter_scales_for(crop_size)`."
+        )
+
+
+def sample_clip_params(request: ClipRequest, metadata: VideoMetadata, flip: bool = True) -> ClipParams:
+    """Draw a training clip: random temporal span and stride, short-side scale, crop and flip.
+
+    Args:
+        request: the grid and ranges; its ``seed`` seeds every draw.
+        metadata: the video the clip comes from.
+        flip: allow a horizontal flip (off for direction-dependent labels).
+
+    Raises:
+        ValueError: when the request is invalid (see :func:`check_request`).
+    """
+    check_request(request)
+    rng = random.Random(request.seed)
+    stride = rng.uniform(*request.stride_range)
+    span = span_frames(request.num_frames, stride)
+    start = rng.randint(0, max(metadata.num_frames - span, 0))
+    indices = frame_indices(metadata.num_frames, request.num_frames, stride, start)
+    short_side = rng.randint(max(request.scale_range[0], request.crop_size), request.scale_range[1])
+    width, height = resized_size(metadata.width, metadata.height, short_side)
+    crop = request.crop_size
+    crop_x = rng.randint(0, width - crop)
+    crop_y = rng.randint(0, height - crop)
+    flipped = rng.random() < 0.5
+    return ClipParams(indices, width, height, crop_x, crop_y, crop, flipped and flip)
+
+
+def eval_clip_params(
+    metadata: VideoMetadata,
+    num_frames: int,
+    stride: float,
+    short_side: int,
+    crop_size: int,
+    temporal_index: int = 0,
+    num_temporal_clips: int = 1,
+    spatial_index: int = 0,
+    num_spatial_crops: int = 1,
+) -> ClipParams:
+    """A deterministic view for validation and test (PySlowFast's multi-view testing).
+
+    Temporal clip ``i`` of ``n`` starts at ``round(i * d / (n - 1))`` (at ``d // 2`` when
+    ``n == 1``), ``d = max(N - span, 0)``: clips spread uniformly from start to end. Spatially the
+    short side is resized to ``short_side``; one crop is centred, three crops are at the start,
+    centre and end of the long side (centred on the short side).
+
+    Args:
+        metadata: the video.
+        num_frames: frames per clip ``T``.
+        stride: frame stride in source frames.
+        short_side: short side in pixels before cropping (``>= crop_size``).
+        crop_size: square crop in pixels.
+        temporal_index: 0-based temporal clip.
+        num_temporal_clips: temporal clips per video.
+        spatial_index: 0-based spatial crop.
+        num_spatial_crops: 1 or 3.
+
+    Raises:
+        ValueError: on out-of-range indices or sizes.
+    """
+    if num_spatial_crops not in (1, 3):
+        raise ValueError(f"`num_spatial_crops` must be 1 or 3, got {num_spatial_crops!r}.")
+    if num_temporal_clips < 1 or not 0 <= temporal_index < num_temporal_clips:
+        raise ValueError(
+            f"`temporal_index` must be in [0, {num_temporal_clips}) with `num_temporal_clips` >= 1, "
+            f"got {temporal_index!r}."
+        )
+    if not 0 <= spatial_index < num_spatial_crops:
+        raise ValueError(f"`spatial_index` must be in [0, {num_spatial_crops}), got {spatial_index!r}.")
+    if num_frames < 1 or not stride > 0:
+        raise ValueError(f"`num_frames` must be >= 1 and `stride` > 0, got {num_frames!r} and {stride!r}.")
+    if short_side < crop_size:
+        raise ValueError(
+            f"`short_side`={short_side} is smaller than `crop_size`={crop_size}: the crop would not fit."
+        )
+    span = span_frames(num_frames, stride)
+    room = max(metadata.num_frames - span, 0)
+    if num_temporal_clips == 1:
+        start = room // 2
+    else:
+        start = round(temporal_index * room / (num_temporal_clips - 1))
+    indices = frame_indices(metadata.num_frames, num_frames, stride, start)
+    width, height = resized_size(metadata.width, metadata.height, short_side)
+    centre_x, centre_y = (width - crop_size) // 2, (height - crop_size) // 2
+    if num_spatial_crops == 1 or spatial_index == 1:
+        x, y = centre_x, centre_y
+    elif width >= height:
+        x, y = (0 if spatial_index == 0 else width - crop_size), centre_y
+    else:
+        x, y = centre_x, (0 if spatial_index == 0 else height - crop_size)
+    return ClipParams(indices, width, height, x, y, crop_size, False)

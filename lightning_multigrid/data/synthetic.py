@@ -1,0 +1,276 @@
+"""A synthetic video dataset that needs both motion and spatial detail: the project's demo data.
+
+Each video shows one textured square moving across a noisy background. The class is the pair
+(texture, direction): a fine **checkerboard** or fine **stripes** (same mean colour, so they blur
+to the same thing at coarse scales), moving **left, right, up or down** (so one frame is not
+enough). A model trained only on coarse grids cannot separate the textures; one trained only on
+single frames cannot separate the directions. Appearance is random per video: background colour
+and noise, object colours, size, position and speed.
+
+Classes (``num_classes`` takes the first ones; 4 or more need both cues)::
+
+    0 checker_left   1 stripes_left   2 checker_right   3 stripes_right
+    4 checker_up     5 stripes_up     6 checker_down    7 stripes_down
+
+Turn horizontal flipping off when training on it: flipping swaps left and right.
+
+Files are real H.264 mp4 (libx264, yuv420p) in ``root/<split>/<class>/<n>.mp4``, with Kinetics
+format manifests ``root/train.csv`` and ``root/val.csv`` (``path label``) and ``root/classnames.txt``.
+
+Example::
+
+    data = generate_synthetic_dataset("/tmp/synthetic", num_train=240, num_val=60)
+    dataset = TrainVideoDataset(data.train_manifest, class_names=data.class_names_file, flip=False)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+__all__ = [
+    "SYNTHETIC_CLASS_NAMES",
+    "SyntheticDataset",
+    "generate_synthetic_dataset",
+    "render_synthetic_video",
+    "write_video",
+]
+
+SYNTHETIC_CLASS_NAMES: tuple[str, ...] = (
+    "checker_left",
+    "stripes_left",
+    "checker_right",
+    "stripes_right",
+    "checker_up",
+    "stripes_up",
+    "checker_down",
+    "stripes_down",
+)
+# (dx, dy) per direction, in the order of SYNTHETIC_CLASS_NAMES // 2.
+_DIRECTIONS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticDataset:
+    """Where :func:`generate_synthetic_dataset` wrote the dataset.
+
+    Attributes:
+        root: the dataset directory (manifest paths are relative to it).
+        train_manifest: ``root/train.csv``.
+        val_manifest: ``root/val.csv``.
+        class_names_file: ``root/classnames.txt``.
+        class_names: the class names, index order.
+        num_train: training videos.
+        num_val: validation videos.
+    """
+
+    root: Path
+    train_manifest: Path
+    val_manifest: Path
+    class_names_file: Path
+    class_names: tuple[str, ...]
+    num_train: int
+    num_val: int
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+def write_video(
+    path: str | os.PathLike[str],
+    frames: Iterable[np.ndarray],
+    fps: float = 25,
+    crf: int = 18,
+    preset: str = "veryfast",
+    timestamps: Sequence[float] | None = None,
+    gop_size: int | None = None,
+) -> None:
+    """Encode RGB frames to an H.264 mp4 (libx264, yuv420p).
+
+    Args:
+        path: the output file.
+        frames: uint8 arrays ``(H, W, 3)``, RGB, even ``H`` and ``W``.
+        fps: frame rate (of a constant-rate video; the nominal rate with ``timestamps``).
+        crf: x264 quality, lower is better (18 keeps 2-pixel textures).
+        preset: x264 speed preset.
+        timestamps: presentation time of each frame in seconds, increasing, for a
+            variable-frame-rate video; default ``i / fps``.
+        gop_size: frames between keyframes (x264's default is 250).
+
+    Raises:
+        ValueError: on odd frame sizes or a frame of another size than the first.
+    """
+    container = av.open(str(path), "w")
+    try:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.pix_fmt = "yuv420p"
+        stream.options = {"crf": str(crf), "preset": preset}
+        if gop_size is not None:
+            stream.codec_context.gop_size = gop_size
+        if timestamps is not None:
+            time_base = Fraction(1, 1000)
+            stream.codec_context.time_base = time_base
+            stream.time_base = time_base
+        size: tuple[int, int] | None = None
+        for i, image in enumerate(frames):
+            if size is None:
+                height, width = image.shape[:2]
+                if height % 2 or width % 2:
+                    raise ValueError(f"H.264 yuv420p needs even frame sizes, got {width}x{height}.")
+                size = (height, width)
+                stream.width, stream.height = width, height
+            elif image.shape[:2] != size:
+                raise ValueError(f"Frame {i} is {image.shape[1]}x{image.shape[0]}, the first was {size[1]}x{size[0]}.")
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            if timestamps is not None:
+                frame.pts = round(timestamps[i] * 1000)
+                frame.time_base = Fraction(1, 1000)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    finally:
+        container.close()
+
+
+def render_synthetic_video(
+    label: int, width: int, height: int, num_frames: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Frames of one synthetic video of class ``label``, uint8 ``(T, H, W, 3)`` RGB."""
+    texture, direction = label % 2, label // 2
+    dx, dy = _DIRECTIONS[direction]
+    short = min(width, height)
+
+    background = rng.integers(0, 256, 3).astype(np.float32)
+    noise = rng.normal(0.0, 12.0, (height, width, 1)).astype(np.float32)
+    canvas = np.clip(background + noise, 0, 255).astype(np.uint8)
+
+    size = int(rng.integers(round(0.4 * short), round(0.55 * short) + 1))
+    # Both textures have the same mean and the same dominant spatial frequency (a checker of
+    # cell c repeats every c * sqrt(2) along its diagonals; stripes of 3/4 c every 1.5 c), about
+    # 8.5 px at 120 px: sharp after the base grid's resize (>= 0.6x, 5 px or more), near the
+    # sampling limit after the coarsest grids' (about 0.3x, 2.5 px). Finer patterns (and smaller
+    # objects) made the demo's tiny CNN learn too slowly to show anything in a few CPU minutes.
+    cell = max(2, round(short / 20))
+    yy, xx = np.mgrid[0:size, 0:size]
+    if texture == 0:
+        pattern = ((yy // cell + xx // cell) % 2).astype(bool)
+    else:
+        pattern = ((yy // max(2, round(0.75 * cell))) % 2).astype(bool)
+    # Two colours of equal mean luminance offset, far from the background on average.
+    base = rng.integers(60, 196, 3).astype(np.int32)
+    contrast = int(rng.integers(50, 70))
+    light = np.clip(base + contrast, 0, 255).astype(np.uint8)
+    dark = np.clip(base - contrast, 0, 255).astype(np.uint8)
+    patch = np.where(pattern[..., None], light, dark)
+
+    # Speed so the whole path stays inside the frame; start where it fits.
+    travel = (width if dx else height) - size
+    speed = float(rng.uniform(0.5, 1.0)) * travel / max(num_frames - 1, 1)
+    path = speed * (num_frames - 1)
+    along = float(rng.uniform(0, travel - path))
+    across = int(rng.integers(0, (height if dx else width) - size + 1))
+    forward = dx + dy > 0
+
+    video = np.empty((num_frames, height, width, 3), dtype=np.uint8)
+    for t in range(num_frames):
+        offset = along + (speed * t if forward else path - speed * t)
+        position = int(round(offset))
+        x, y = (position, across) if dx else (across, position)
+        video[t] = canvas
+        video[t, y : y + size, x : x + size] = patch
+    return video
+
+
+def generate_synthetic_dataset(
+    root: str | os.PathLike[str],
+    num_train: int = 240,
+    num_val: int = 60,
+    num_classes: int = 4,
+    width: int = 160,
+    height: int = 120,
+    num_frames: int = 50,
+    fps: float = 25,
+    seed: int = 0,
+    workers: int | None = None,
+) -> SyntheticDataset:
+    """Write a synthetic dataset of H.264 videos with Kinetics-format manifests.
+
+    Videos are balanced over classes (video ``i`` has class ``i % num_classes``) and the same for
+    a given ``seed`` whatever ``workers`` is.
+
+    Args:
+        root: output directory (created; existing files are overwritten).
+        num_train: training videos.
+        num_val: validation videos.
+        num_classes: classes, 2 to 8 (see the module docstring; 4 or more need motion and texture).
+        width: frame width in pixels, even, at least 32.
+        height: frame height in pixels, even, at least 32.
+        num_frames: frames per video.
+        fps: frames per second.
+        seed: seed of every random choice.
+        workers: encoding processes; default the CPU count (1 for a few videos).
+
+    Raises:
+        ValueError: on out-of-range arguments.
+    """
+    for name, value, low in (("num_train", num_train, 1), ("num_val", num_val, 0), ("num_frames", num_frames, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+    if not 2 <= num_classes <= len(SYNTHETIC_CLASS_NAMES):
+        raise ValueError(f"`num_classes` must be in [2, {len(SYNTHETIC_CLASS_NAMES)}], got {num_classes!r}.")
+    for name, value in (("width", width), ("height", height)):
+        if value < 32 or value % 2:
+            raise ValueError(f"`{name}` must be an even number of pixels >= 32 (H.264 yuv420p), got {value!r}.")
+    if not fps > 0:
+        raise ValueError(f"`fps` must be > 0, got {fps!r}.")
+    if workers is not None and workers < 1:
+        raise ValueError(f"`workers` must be >= 1, got {workers!r}.")
+
+    base = Path(root)
+    names = SYNTHETIC_CLASS_NAMES[:num_classes]
+    jobs: list[tuple[str, int, int, int, int, float, list[int]]] = []
+    manifests: dict[str, list[str]] = {"train": [], "val": []}
+    for split_id, (split, count) in enumerate((("train", num_train), ("val", num_val))):
+        for i in range(count):
+            label = i % num_classes
+            relative = f"{split}/{names[label]}/{i:05d}.mp4"
+            (base / split / names[label]).mkdir(parents=True, exist_ok=True)
+            manifests[split].append(f"{relative} {label}\n")
+            jobs.append((str(base / relative), label, width, height, num_frames, fps, [seed, split_id, i]))
+
+    processes = min(workers or os.cpu_count() or 1, len(jobs))
+    if processes <= 1 or len(jobs) < 8:
+        for job in jobs:
+            _write_one(job)
+    else:
+        with ProcessPoolExecutor(processes) as pool:
+            list(pool.map(_write_one, jobs, chunksize=max(1, len(jobs) // (4 * processes))))
+
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "train.csv").write_text("".join(manifests["train"]), encoding="utf-8")
+    (base / "val.csv").write_text("".join(manifests["val"]), encoding="utf-8")
+    (base / "classnames.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    return SyntheticDataset(
+        root=base,
+        train_manifest=base / "train.csv",
+        val_manifest=base / "val.csv",
+        class_names_file=base / "classnames.txt",
+        class_names=names,
+        num_train=num_train,
+        num_val=num_val,
+    )
+
+
+def _write_one(job: tuple[str, int, int, int, int, float, list[int]]) -> None:
+    path, label, width, height, num_frames, fps, entropy = job
+    rng = np.random.default_rng(np.random.SeedSequence(entropy))
+    write_video(path, render_synthetic_video(label, width, height, num_frames, rng), fps=fps)
