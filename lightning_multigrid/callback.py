@@ -10,6 +10,7 @@ factor, for one optimizer step at a time), BatchNorm grouping, precise BN and lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -176,7 +177,6 @@ class MultigridCallback(Callback):
         # A train loader built before now (e.g. by `estimated_stepping_batches` in
         # configure_optimizers) serves the baseline grid; Lightning has no public way to drop it.
         trainer.fit_loop._combined_loader = None
-        trainer.reload_dataloaders_every_n_epochs = 0
         if trainer.world_size > 1:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
@@ -234,7 +234,7 @@ class MultigridCallback(Callback):
                 share=(pl_module, trainer),
             )
             self._baseline_lrs.append((optimizer, tracker))
-            self._hook_handles.append(optimizer.register_step_pre_hook(self._scale_lr))
+            self._hook_handles.append(optimizer.register_step_pre_hook(functools.partial(self._scale_lr, tracker)))
             self._hook_handles.append(optimizer.register_step_post_hook(self._restore_lr))
 
     def _preflight(self, pl_module: pl.LightningModule, datamodule: Any) -> None:
@@ -264,7 +264,6 @@ class MultigridCallback(Callback):
         # epoch, not the one about to run: ask for a rebuild (a no-op for a fresh run at epoch 0).
         trainer.reload_dataloaders_every_n_epochs = 1
 
-
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         if self.schedule is None:
@@ -280,12 +279,11 @@ class MultigridCallback(Callback):
         assert self.schedule is not None, "MultigridCallback: the schedule is built in on_fit_start."
         return self.schedule.stage_at(epoch)
 
-    def _scale_lr(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _scale_lr(self, tracker: BaselineLR, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """Optimizer step pre-hook: the baseline LR at this point, times the long-cycle factor."""
         assert self.schedule is not None
         epoch, batch_idx, num_batches = self._position
         baseline_epoch = self.schedule.baseline_epoch_at(epoch + batch_idx / num_batches)
-        tracker = next(t for o, t in self._baseline_lrs if o is optimizer)
         factor = self._stage(epoch).lr_factor
         self._saved_lrs[id(optimizer)] = [g["lr"] for g in optimizer.param_groups]
         for group, lr in zip(optimizer.param_groups, tracker.lrs_at(baseline_epoch)):
