@@ -84,11 +84,9 @@ def test_train_loader_follows_the_schedule_every_epoch(synthetic_dataset: Synthe
                 assert tuple(video.shape[1:]) == expected[1:] and video.shape[0] <= expected[0]
             seen += batch["index"].tolist()
         assert sorted(seen) == list(range(16))
-    # The same loader object while the long-cycle shape stays, a new one at every change.
-    for epoch in range(1, schedule.max_epochs):
-        same_shape = schedule.stage_at(epoch).shape == schedule.stage_at(epoch - 1).shape
-        assert (loaders[epoch] is loaders[epoch - 1]) == same_shape
-    assert loaders[0] is loaders[2] and loaders[3] is not loaders[2]
+    # One loader object (and one set of persistent workers) through every shape change.
+    assert all(loader is loaders[0] for loader in loaders)
+    assert len({schedule.stage_at(epoch).shape for epoch in range(schedule.max_epochs)}) > 1
 
 
 def test_cached_loader_reports_the_length_of_the_requested_epoch(synthetic_dataset: SyntheticDataset) -> None:
@@ -317,7 +315,7 @@ class LoaderRecorder(pl.Callback):
             self.worker_pids.append(tuple(w.pid for w in getattr(iterator, "_workers", ())))
 
 
-@pytest.mark.parametrize(("num_workers", "max_epochs"), [(0, 3), (2, 4)])
+@pytest.mark.parametrize(("num_workers", "max_epochs"), [(0, 4), (2, 3)])
 def test_trainer_fit_with_a_schedule(synthetic_dataset: SyntheticDataset, num_workers: int, max_epochs: int) -> None:
     # max_epochs=3: the shape changes after epoch 0; max_epochs=4: epochs 0 and 1 share a shape.
     schedule = make_schedule(max_epochs=max_epochs)
@@ -356,8 +354,9 @@ def test_trainer_fit_with_a_schedule(synthetic_dataset: SyntheticDataset, num_wo
     # Partial last batches keep the grid but hold fewer clips.
     assert [(e, i, s[1:], d) for e, i, s, d in model.seen] == [(e, i, s[1:], d) for e, i, s, d in expected]
     assert all(s[0] <= x[0] for (_, _, s, _), (_, _, x, _) in zip(model.seen, expected))
-    same_shape = schedule.stage_at(0).shape == schedule.stage_at(1).shape
-    assert (recorder.loaders[0] is recorder.loaders[1]) == same_shape
+    # One loader for the whole fit; with workers, across a shape change, and they survive it.
+    assert recorder.loaders[0] is recorder.loaders[1]
     if num_workers:
-        assert same_shape and len(recorder.worker_pids[0]) == 2
-        assert recorder.worker_pids[0] == recorder.worker_pids[1]  # persistent workers survived
+        assert schedule.stage_at(0).shape != schedule.stage_at(1).shape
+        assert len(recorder.worker_pids[0]) == 2
+        assert recorder.worker_pids[0] == recorder.worker_pids[1]

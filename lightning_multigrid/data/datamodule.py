@@ -44,7 +44,7 @@ DEFAULT_STD: tuple[float, float, float] = (0.225, 0.225, 0.225)
 class _LoaderKey(NamedTuple):
     """What a cached loader was built for; a different key means a new loader."""
 
-    shape: GridShape
+    shape: GridShape | None  # None: serves every shape
     rank: int
     world_size: int
 
@@ -332,18 +332,22 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader[Any]:
-        """The loader for the current epoch's long-cycle shape, reused while that shape lasts.
+        """The training loader, sized for the current epoch's long-cycle shape.
 
         Epoch ``e`` iteration ``i`` yields ``schedule.short_cycle_at(e, i)``-shaped batches. The
-        loader object stays the same for every epoch with the same long-cycle shape (its batch
-        sampler follows the epoch Lightning sets on the inner sampler), so persistent workers
-        survive; a new shape builds a new loader.
+        grid travels in each ``ClipRequest``, so workers serve any shape: on one process, one
+        loader object (and its persistent workers) lasts the whole fit, and Lightning reloads it at
+        long-cycle shape changes only to read the new epoch length. Under DDP each long-cycle
+        shape gets a new loader.
         """
         dataset = self._require_train()
         epoch = self._current_epoch()
         rank, world_size = self._rank_and_world_size()
         schedule = self._schedule or self._baseline_schedule()
-        key = _LoaderKey(schedule.stage_at(epoch).shape, rank, world_size)
+        # Under DDP Lightning re-creates the loader at every reload from the arguments it was first
+        # built with (to insert its DistributedSampler): there each shape gets a loader built at its epoch.
+        shape = schedule.stage_at(epoch).shape if world_size > 1 else None
+        key = _LoaderKey(shape, rank, world_size)
         if self._train_loader is not None and self._train_loader_key == key:
             # Lightning sizes the epoch (len) before it calls set_epoch: set it now.
             self._batch_sampler_of(self._train_loader).set_epoch(epoch)
