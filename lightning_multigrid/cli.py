@@ -110,6 +110,9 @@ def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, default=120, help="frame height in pixels, even (120)")
     parser.add_argument("--num-frames", type=int, default=50, help="frames per video (50)")
     parser.add_argument("--fps", type=float, default=25, help="frames per second (25)")
+    parser.add_argument(
+        "--texture-cell", type=int, default=None, help="checkerboard cell in pixels (default: short side / 20)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
 
@@ -128,6 +131,7 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
         fps=args.fps,
         seed=args.seed,
         workers=args.workers,
+        texture_cell=args.texture_cell,
     )
     print(
         f"wrote {data.num_train} training and {data.num_val} validation videos "

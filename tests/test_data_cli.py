@@ -106,3 +106,20 @@ def test_synthetic_videos_need_motion_and_texture() -> None:
         assert coords.size and np.sign(last - first) == sign
     checker, stripes = render(0), render(1)
     assert abs(float(checker.mean()) - float(stripes.mean())) < 1.0
+
+
+def test_texture_cell_sets_the_checkerboard_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def checker_cell(texture_cell: int | None) -> int:
+        frame = render_synthetic_video(0, 160, 120, 2, np.random.default_rng(5), texture_cell)[0].astype(np.int32)
+        # Runs of identical pixels along rows: a pixel or two in the noisy background, a cell in the patch.
+        same = np.all(frame[:, 1:] == frame[:, :-1], axis=2)
+        flags = ("".join("1" if s else "0" for s in row) for row in same)
+        runs = [len(run) + 1 for row in flags for run in row.split("0") if len(run) >= 2]
+        return int(np.bincount(runs).argmax())
+
+    assert checker_cell(None) == 6  # 1/20 of the 120 px short side
+    assert checker_cell(12) == 12
+    with pytest.raises(SystemExit) as exit_info:
+        main(["make-synthetic", str(tmp_path), "--texture-cell", "40"])
+    assert exit_info.value.code == 2
+    assert "`texture_cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err

@@ -142,9 +142,18 @@ def write_video(
 
 
 def render_synthetic_video(
-    label: int, width: int, height: int, num_frames: int, rng: np.random.Generator
+    label: int,
+    width: int,
+    height: int,
+    num_frames: int,
+    rng: np.random.Generator,
+    texture_cell: int | None = None,
 ) -> np.ndarray:
-    """Frames of one synthetic video of class ``label``, uint8 ``(T, H, W, 3)`` RGB."""
+    """Frames of one synthetic video of class ``label``, uint8 ``(T, H, W, 3)`` RGB.
+
+    ``texture_cell`` is the checkerboard's cell in pixels (stripes are 3/4 of it); default
+    1/20 of the short side.
+    """
     texture, direction = label % 2, label // 2
     dx, dy = _DIRECTIONS[direction]
     short = min(width, height)
@@ -159,7 +168,7 @@ def render_synthetic_video(
     # 8.5 px at 120 px: sharp after the base grid's resize (>= 0.6x, 5 px or more), near the
     # sampling limit after the coarsest grids' (about 0.3x, 2.5 px). Finer patterns (and smaller
     # objects) made the demo's tiny CNN learn too slowly to show anything in a few CPU minutes.
-    cell = max(2, round(short / 20))
+    cell = texture_cell or max(2, round(short / 20))
     yy, xx = np.mgrid[0:size, 0:size]
     if texture == 0:
         pattern = ((yy // cell + xx // cell) % 2).astype(bool)
@@ -201,6 +210,7 @@ def generate_synthetic_dataset(
     fps: float = 25,
     seed: int = 0,
     workers: int | None = None,
+    texture_cell: int | None = None,
 ) -> SyntheticDataset:
     """Write a synthetic dataset of H.264 videos with Kinetics-format manifests.
 
@@ -218,6 +228,9 @@ def generate_synthetic_dataset(
         fps: frames per second.
         seed: seed of every random choice.
         workers: encoding processes; default the CPU count (1 for a few videos).
+        texture_cell: checkerboard cell in pixels, at least 2; default 1/20 of the short side,
+            which the coarsest multigrid shapes blur away (so they cannot solve the task alone).
+            Twice that stays visible on every grid, as most of a natural video's content does.
 
     Raises:
         ValueError: on out-of-range arguments.
@@ -234,10 +247,15 @@ def generate_synthetic_dataset(
         raise ValueError(f"`fps` must be > 0, got {fps!r}.")
     if workers is not None and workers < 1:
         raise ValueError(f"`workers` must be >= 1, got {workers!r}.")
+    if texture_cell is not None and not 2 <= texture_cell <= min(width, height) // 4:
+        raise ValueError(
+            f"`texture_cell` must be between 2 and a quarter of the short side ({min(width, height) // 4}) "
+            f"pixels, got {texture_cell!r}."
+        )
 
     base = Path(root)
     names = SYNTHETIC_CLASS_NAMES[:num_classes]
-    jobs: list[tuple[str, int, int, int, int, float, list[int]]] = []
+    jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]] = []
     manifests: dict[str, list[str]] = {"train": [], "val": []}
     for split_id, (split, count) in enumerate((("train", num_train), ("val", num_val))):
         for i in range(count):
@@ -245,7 +263,8 @@ def generate_synthetic_dataset(
             relative = f"{split}/{names[label]}/{i:05d}.mp4"
             (base / split / names[label]).mkdir(parents=True, exist_ok=True)
             manifests[split].append(f"{relative} {label}\n")
-            jobs.append((str(base / relative), label, width, height, num_frames, fps, [seed, split_id, i]))
+            entropy = [seed, split_id, i]
+            jobs.append((str(base / relative), label, width, height, num_frames, fps, texture_cell, entropy))
 
     processes = min(workers or os.cpu_count() or 1, len(jobs))
     if processes <= 1 or len(jobs) < 8:
@@ -270,7 +289,7 @@ def generate_synthetic_dataset(
     )
 
 
-def _write_one(job: tuple[str, int, int, int, int, float, list[int]]) -> None:
-    path, label, width, height, num_frames, fps, entropy = job
+def _write_one(job: tuple[str, int, int, int, int, float, int | None, list[int]]) -> None:
+    path, label, width, height, num_frames, fps, texture_cell, entropy = job
     rng = np.random.default_rng(np.random.SeedSequence(entropy))
-    write_video(path, render_synthetic_video(label, width, height, num_frames, rng), fps=fps)
+    write_video(path, render_synthetic_video(label, width, height, num_frames, rng, texture_cell), fps=fps)
