@@ -15,7 +15,7 @@ Two sources of frames, each timed for both runs:
   (the same `sample_clip_params`) and resize and crop them from RAM. This is the regime of a GPU
   box whose loader keeps up: the time is the training's own, and the speed-up is multigrid's.
 
-    python benchmarks/train.py                        # both sources; about 10 minutes on 2 CPU cores
+    python benchmarks/train.py                        # both sources; about 8 minutes on 2 CPU cores
     python benchmarks/train.py --source memory        # the loader-keeps-up figure only
     python benchmarks/train.py --epochs 8 --milestones 6 --num-train 80   # a quick look
 

@@ -2,7 +2,7 @@
 
 It builds one schedule when fitting starts, and then only reads Trainer state, asks the schedule
 and applies the answer: the epoch budget (``fit_loop.max_epochs``), the grid (the DataModule
-serves it; the callback asks Lightning to rebuild the train loader at long-cycle shape changes),
+serves it; the callback asks Lightning to reload the train loader at long-cycle shape changes),
 the learning rate (the user's scheduler, read on the baseline timeline, times the long-cycle
 factor, for one optimizer step at a time), BatchNorm grouping, precise BN and logging.
 """
@@ -324,8 +324,8 @@ class MultigridCallback(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Rebuild the train loader only where the long-cycle shape changes: persistent workers
-        # survive everywhere else.
+        # Reload the train loader only where the long-cycle shape changes, so Lightning reads the
+        # new epoch length there; the DataModule decides whether that needs a new loader.
         if self.schedule is None:
             return
         epoch = trainer.current_epoch

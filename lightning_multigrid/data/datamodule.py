@@ -2,8 +2,9 @@
 
 Without a schedule it is a plain video DataModule at the base shape (the baseline run). With one
 attached (``MultigridCallback`` does it in ``on_fit_start``) the train loader serves, for the
-current epoch, the schedule's long-cycle grid with the short cycle inside the epoch. The loader
-is rebuilt only where the long-cycle shape changes, so persistent workers live through a stage.
+current epoch, the schedule's long-cycle grid with the short cycle inside the epoch. On one
+process one loader serves every shape, so its persistent workers live through the whole fit;
+under DDP a loader lasts one long-cycle shape.
 
 Clips leave the workers as uint8 ``(N, C, T, H, W)``; :meth:`on_after_batch_transfer` turns them
 into normalised float on the device, so 8x larger coarse-grid batches do not cost 4x more bytes
