@@ -1,8 +1,8 @@
 """End-to-end: baseline vs multigrid training, side by side in one run.
 
-Both runs train the same small 3D CNN (`VideoClassifier(backbone="tiny")`) from the same seed on
-the built-in synthetic videos through `MultigridVideoDataModule`, with the same optimizer and
-step LR schedule. The baseline runs `--epochs` epochs at the base shape; multigrid adds
+Both runs train the same 3D CNN (`VideoClassifier`, `--backbone`, default the tiny one) from the
+same seed on the built-in synthetic videos through `MultigridVideoDataModule`, with the same
+optimizer and step LR schedule. The baseline runs `--epochs` epochs at the base shape; multigrid adds
 `MultigridCallback` (long + short cycle, 1.5x epochs). Validation runs once after training
 (multi-view, base shape, precise BN for multigrid), so the times compare training only.
 
@@ -13,7 +13,7 @@ Two sources of frames, each timed for both runs:
   train (2 CPU cores) decoding caps the speed-up.
 - ``memory``: every video is decoded once, before the clock starts; workers draw the same clips
   (the same `sample_clip_params`) and resize and crop them from RAM. This is the regime of a GPU
-  box whose loader keeps up: the time is the training's own, and the speed-up is multigrid's.
+  box whose loader keeps up: decoding is out of the timed loop.
 
     python benchmarks/train.py                        # both sources; about 8 minutes on 2 CPU cores
     python benchmarks/train.py --source memory        # the loader-keeps-up figure only
@@ -52,7 +52,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=40, help="baseline epochs")
     parser.add_argument("--milestones", type=int, nargs="*", default=[30, 36], help="baseline LR milestones")
     # 0.0125 for 8 clips is PySlowFast's Kinetics LR (0.1 per 64 clips); multigrid multiplies it by
-    # up to 8 on the coarsest grid, and at 4x that a small 3D CNN often diverges there.
+    # up to 8 on the coarsest grid. At 4x that, r3d_18's multigrid run failed to learn once (README).
     parser.add_argument("--lr", type=float, default=0.0125, help="base LR (for --batch-size clips)")
     parser.add_argument("--warmup-epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -111,7 +111,9 @@ class FramesInMemory(TrainVideoDataset):
         return clip.permute(1, 0, 2, 3).contiguous()  # (C, T, H, W)
 
 
-def run(args: argparse.Namespace, data_dir: Path, multigrid: bool, train_dataset: TrainVideoDataset | None) -> dict[str, float]:
+def run(
+    args: argparse.Namespace, data_dir: Path, multigrid: bool, train_dataset: TrainVideoDataset | None
+) -> dict[str, float]:
     pl.seed_everything(0, verbose=False)
     datamodule = MultigridVideoDataModule(
         train_manifest=str(data_dir / "train.csv"),
@@ -169,7 +171,8 @@ def run(args: argparse.Namespace, data_dir: Path, multigrid: bool, train_dataset
 def device_name(args: argparse.Namespace) -> str:
     if torch.cuda.is_available() and args.accelerator != "cpu":
         return f"{torch.cuda.get_device_name()}, {args.workers} workers"
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, {args.workers} workers)"
+    cpu = platform.processor() or platform.machine()
+    return f"CPU ({cpu}, {torch.get_num_threads()} threads, {args.workers} workers)"
 
 
 def main() -> None:

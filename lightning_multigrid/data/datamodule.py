@@ -345,8 +345,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         epoch = self._current_epoch()
         rank, world_size = self._rank_and_world_size()
         schedule = self._schedule or self._baseline_schedule()
-        # Under DDP Lightning re-creates the loader at every reload from the arguments it was first
-        # built with (to insert its DistributedSampler): there each shape gets a loader built at its epoch.
+        # Under DDP with `use_distributed_sampler` (Lightning's default), Lightning re-creates the
+        # loader at every reload from the arguments it was first built with, to insert its
+        # DistributedSampler: there each shape gets a loader built at its own epoch.
         shape = schedule.stage_at(epoch).shape if world_size > 1 else None
         key = _LoaderKey(shape, rank, world_size)
         if self._train_loader is not None and self._train_loader_key == key:
