@@ -33,8 +33,8 @@ _LAZY = {
     "MultigridBatchNormSync": "lightning_multigrid.plugins",
     "make_multigrid_compatible": "lightning_multigrid.models",
     "preflight": "lightning_multigrid.models",
-    "ShortCycleBatchSampler": "lightning_multigrid.sampler",
-    "EpochShardSampler": "lightning_multigrid.sampler",
+    "ShortCycleBatchSampler": "lightning_multigrid.data.sampler",
+    "EpochShardSampler": "lightning_multigrid.data.sampler",
 }
 
 __all__ = [

@@ -32,7 +32,7 @@ from typing_extensions import override
 
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.manifest import load_manifest
-from lightning_multigrid.sampler import EpochShardSampler, ShortCycleBatchSampler
+from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 __all__ = ["MultigridVideoDataModule", "normalize_video"]

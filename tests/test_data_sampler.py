@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed, count_batches
+from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed, count_batches
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 MODES: dict[str, dict[str, Any]] = {
