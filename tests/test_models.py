@@ -1,4 +1,4 @@
-"""Head pooling surgery, preflight and the backbone builder (lightning_multigrid/models.py)."""
+"""Head pooling surgery, preflight and the backbone builder (lightning_multigrid/models/)."""
 
 from __future__ import annotations
 

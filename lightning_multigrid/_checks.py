@@ -1,0 +1,18 @@
+"""Argument checks shared by every layer (pure Python: the schedule imports it too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["check_positive_int"]
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` if it is a positive ``int`` (not a ``bool``), else raise naming ``name``.
+
+    Raises:
+        ValueError: ``"`name` must be a positive integer, got value."``
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return value

@@ -1,0 +1,129 @@
+"""Import layering (DESIGN.md §3), checked over every module of the package.
+
+Each module's import-time dependencies are read from its source (module-level imports, with the
+package ``__init__`` files an import runs), followed through the package, and compared with its
+layer: the schedule imports no torch; below the Lightning layer nothing imports Lightning;
+nothing imports pytorchvideo until a backbone builder needs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "lightning_multigrid"
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+# The Lightning layer: the only modules that may import Lightning.
+LIGHTNING_LAYER = {
+    f"{PACKAGE}.callback",
+    f"{PACKAGE}.cli",
+    f"{PACKAGE}.data.datamodule",
+    f"{PACKAGE}.module",
+    f"{PACKAGE}.plugins",
+    f"{PACKAGE}.precise_bn",
+    f"{PACKAGE}.trainer_cli",
+}
+# Pure Python: importable without torch.
+PURE = {PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.schedule", f"{PACKAGE}.preview"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = sorted(_module_name(path) for path in ROOT.rglob("*.py"))
+
+
+def _path_of(module: str) -> Path | None:
+    base = ROOT.parent.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _top_level_imports(tree: ast.Module, module: str) -> set[str]:
+    """Modules imported when ``module`` is imported: not inside functions or ``if TYPE_CHECKING``."""
+    is_package = _path_of(module) == ROOT.parent.joinpath(*module.split("."), "__init__.py")
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                found.add(base)
+                # `from package import submodule` imports the submodule too.
+                found.update(f"{base}.{alias.name}" for alias in node.names if _path_of(f"{base}.{alias.name}"))
+            elif isinstance(node, ast.If):
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.With, ast.Try)):
+                visit(node.body)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+@cache
+def _imports(module: str) -> frozenset[str]:
+    """Every module imported, transitively, by importing ``module`` (parent packages included)."""
+    seen: set[str] = set()
+    stack = [module]
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        stack.extend(".".join(parts[:i]) for i in range(1, len(parts)))  # parent packages run first
+        path = _path_of(name) if parts[0] == PACKAGE else None
+        if path is not None:
+            stack.extend(_top_level_imports(ast.parse(path.read_text()), name))
+    return frozenset(seen)
+
+
+def _external(module: str) -> set[str]:
+    return {name.split(".")[0] for name in _imports(module)} - {PACKAGE}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_respects_its_layer(module):
+    external = _external(module)
+    if module in PURE:
+        assert not external & {"torch", "torchvision", "pytorch_lightning", "lightning"}, (
+            f"{module} must stay pure Python, imports {sorted(external)}"
+        )
+    if module not in LIGHTNING_LAYER:
+        lightning = {f"{PACKAGE}.{name}" for name in ("callback", "module", "cli")} & _imports(module)
+        assert not external & {"pytorch_lightning", "lightning"} and not lightning, (
+            f"{module} is below the Lightning layer but imports Lightning"
+        )
+    assert "pytorchvideo" not in external, f"{module} imports pytorchvideo at import time"
+
+
+def test_the_static_reading_agrees_with_a_real_import():
+    # The AST reading above must see what Python really does: check it on the two ends.
+    code = (
+        "import sys; import lightning_multigrid.schedule, lightning_multigrid.models, lightning_multigrid.data.sampler; "
+        "print(sorted(m for m in ('torch', 'pytorch_lightning', 'pytorchvideo') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "['torch']"
+    assert "torch" in _external(f"{PACKAGE}.data.sampler")
+    assert "pytorch_lightning" in _external(f"{PACKAGE}.callback")
