@@ -74,14 +74,34 @@ class MultigridCallback(Callback):
         convert_batchnorm: replace the model's BatchNorm layers with
             :class:`~lightning_multigrid.norm.MultigridBatchNorm` so their grouping follows the
             schedule. Turn off to keep plain BatchNorm (statistics then vary with the batch).
+            Ignored (nothing converted) with ``long_cycle=False``.
         manage_lr: map each step onto the baseline LR timeline and scale by the long-cycle
             factor. Turn off to leave the LR entirely to the user.
-        precise_bn_batches: before each validation, recompute BatchNorm statistics at the
-            base shape over this many training batches (0 turns it off). Needs a DataModule with
-            ``precise_bn_dataloader()``.
+        precise_bn_batches: before a validation, when the weights changed since the last
+            recomputation, recompute BatchNorm statistics at the base shape over this many
+            training batches (0 turns it off). Needs a DataModule with ``precise_bn_dataloader()``.
         preflight: run one tiny forward per grid when fitting starts, to fail before training.
-        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first.
+        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first. With
+            the short cycle on, every long-cycle crop must be at least the short-cycle crops.
         short_cycle_factors: crop factors of the two smaller short-cycle iterations.
+
+    Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
+
+    - ``max_epochs``: required, the baseline's; ``fit_loop.max_epochs`` is the multigrid count
+      during fit and the user's value again after it (``teardown``, or when fit raises).
+    - ``precision``: every setting; sync BatchNorm keeps float32 statistics under mixed precision.
+    - ``val_check_interval``: a float is a fraction of every multigrid epoch; an integer (baseline
+      batches) is mapped to the same fraction of the baseline epoch; an integer with
+      ``check_val_every_n_epoch=None`` is refused. ``check_val_every_n_epoch`` counts multigrid epochs.
+    - ``max_steps``: refused when it would end the baseline before ``max_epochs``; otherwise lifted
+      for the run (restored after it).
+    - ``sync_batchnorm=True``: refused.
+    - resume (``ckpt_path``): the checkpoint's schedule, with the BatchNorm plan recomputed for the
+      current device count; mid-epoch, the DataModule's sampler skips the iterations done.
+    - a second ``fit`` on the same Trainer, or this object reused with another Trainer and model:
+      per-fit state is reset in ``setup``.
+    - parameter groups added during fit (``BackboneFinetuning``): scaled by the long-cycle factor.
+    - ``long_cycle=False``: the model's BatchNorm is left as it is (the batch does not change).
 
     Example::
 
@@ -416,14 +436,22 @@ class MultigridCallback(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._end_fit(trainer)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # Lightning skips `teardown` when fit raises; the Trainer may still be fitted again.
+        self._end_fit(trainer)
+
+    def _end_fit(self, trainer: pl.Trainer) -> None:
+        """Undo what the callback changed outside itself for this fit."""
         for handle in self._hook_handles:
             handle.remove()
         self._hook_handles.clear()
         self._baseline_lrs.clear()
-        if stage != "fit":
-            return
-        # Give the Trainer back the baseline's settings, so a second `fit` (or a checkpoint's
-        # hyper-parameters) sees what the user set, not the multigrid run's epochs.
+        # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
+        # set, not the multigrid run's epochs.
         for name, value in self._trainer_settings.items():
             setattr(_setting_owner(trainer, name), name, value)
         self._trainer_settings.clear()
