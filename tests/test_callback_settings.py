@@ -318,3 +318,44 @@ def test_precise_bn_runs_only_after_the_weights_changed(synthetic_dataset, train
     trainer.validate(model, datamodule=datamodule, verbose=False)
     assert datamodule.precise_bn_calls == callback.schedule.max_epochs
     assert torch.equal(bn.running_mean, statistics[0]) and torch.equal(bn.running_var, statistics[1])
+
+
+# ------------------------------------------------------------------ accumulate_grad_batches
+
+
+class StepLRRecorder(IndexRecordingNet):
+    """Records (epoch, batch index, LR) at every optimizer step (every 2nd batch here)."""
+
+    def __init__(self) -> None:
+        super().__init__("warmup_cosine")
+        self.lrs = [float("nan")]  # batches that only accumulate run outside optimizer.step
+        self.optimizer_steps: list[tuple[int, int, float]] = []
+        self._batch_idx = 0
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        self._batch_idx = batch_idx
+
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        self.trainer.optimizers[0].register_step_pre_hook(
+            lambda opt, args, kwargs: self.optimizer_steps.append(
+                (self.current_epoch, self._batch_idx, opt.param_groups[0]["lr"])
+            )
+        )
+
+
+def test_accumulated_steps_follow_the_baseline_step_schedule(synthetic_dataset, train_manifest):
+    from test_callback import warmup_cosine
+
+    model = StepLRRecorder()
+    callback = MultigridCallback(bn_base_size=2, precise_bn_batches=0, milestones=MILESTONES)
+    fit(model, make_datamodule(synthetic_dataset, train_manifest), callback, accumulate_grad_batches=2)
+    schedule = callback.schedule
+    assert schedule is not None and model.optimizer_steps
+    baseline_steps_per_epoch = CLIPS // 2  # 32 batches, a step every 2
+    for epoch, batch_idx, lr in model.optimizer_steps:
+        batches = schedule.iterations_in_epoch(epoch, CLIPS)
+        baseline_epoch = schedule.baseline_epoch_at(epoch + batch_idx / batches)
+        baseline_step = int(baseline_epoch * baseline_steps_per_epoch + 1e-6)
+        expected = BASE_LR * warmup_cosine(baseline_step, MAX_EPOCHS * baseline_steps_per_epoch)
+        assert lr == pytest.approx(expected * schedule.stage_at(epoch).lr_factor, rel=1e-6), (epoch, batch_idx)
