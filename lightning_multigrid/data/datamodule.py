@@ -409,10 +409,11 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             self._collect_skipped(batch.get("skipped"))
             if "video" in batch:
                 video = normalize_video(batch["video"], self.mean, self.std)
-                if self.trainer is not None:
+                precision = getattr(self.trainer, "precision_plugin", None)
+                if precision is not None:
                     # Lightning converts the batch to the precision's dtype before the transfer
                     # hooks, when the video is still uint8 (left alone): convert the float here.
-                    video = self.trainer.precision_plugin.convert_input(video)
+                    video = precision.convert_input(video)
                 batch["video"] = video
         return batch
 
@@ -522,10 +523,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         batch index, but restarts the loader; the batch sampler skips these batches instead, so
         the data order and the short-cycle phase continue where they stopped.
         """
-        trainer = self.trainer
-        if trainer is None or not trainer.training:
+        fit_loop = getattr(self.trainer, "fit_loop", None)  # None: no Trainer (or a stand-in)
+        if fit_loop is None:
             return 0
-        fit_loop = trainer.fit_loop
         epoch = fit_loop.epoch_progress.current
         # `restarting` is set by a checkpoint load and cleared after the first epoch it runs;
         # an epoch started but not processed is the mid-epoch case.
