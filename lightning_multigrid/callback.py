@@ -488,7 +488,8 @@ def _check_short_cycle_crops(
     """Raise unless every short-cycle crop is at most every long-cycle crop, in pixels.
 
     The short cycle shrinks the long-cycle crop and grows the batch by ``round((long/short)^2)``;
-    a short crop above the long crop would grow the crop and give batches of 0 clips.
+    a short crop above the long crop would enlarge the crop instead, with the same batch or, below
+    ``long/short = 1/sqrt(2)``, a batch of 0 clips.
     """
     largest_short = max(max(1, round(f * crop_size)) for f in short_cycle_factors)
     for t_factor, s_factor in long_cycle_factors:
@@ -498,7 +499,7 @@ def _check_short_cycle_crops(
                 f"`long_cycle_factors` entry ({t_factor}, {s_factor}) gives a {long_crop}-pixel crop, "
                 f"smaller than the {largest_short}-pixel short-cycle crop of `short_cycle_factors`="
                 f"{tuple(short_cycle_factors)} (of crop_size={crop_size}): the short cycle would enlarge the "
-                f"crop and give batches of no clips. Use s_factors >= {max(short_cycle_factors):.3f}, "
+                f"crop (and can give batches of no clips). Use s_factors >= {max(short_cycle_factors):.3f}, "
                 "smaller `short_cycle_factors`, or `short_cycle=False`."
             )
 
