@@ -39,7 +39,7 @@ class IndexRecordingNet(RecordingNet):
 
 
 @pytest.mark.parametrize("with_callback", [True, False])
-@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
+@pytest.mark.parametrize("precision", ["bf16-true", "16-true", "64-true", "bf16-mixed"])
 def test_precision_settings_train(synthetic_dataset, train_manifest, precision, with_callback):
     # bf16-true: Lightning converts the batch before the transfer hooks, when the video is still
     # uint8; the DataModule must hand the model bfloat16, not its normalised float32.
@@ -53,7 +53,8 @@ def test_precision_settings_train(synthetic_dataset, train_manifest, precision, 
         limit_train_batches=3, limit_val_batches=1, precision=precision, callbacks=callbacks,
     )
     trainer.fit(model, datamodule=datamodule)
-    expected = torch.bfloat16 if precision == "bf16-true" else torch.float32  # autocast casts inside
+    # Mixed precision keeps float32 input: autocast casts inside the model.
+    expected = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}.get(precision, torch.float32)
     assert model.steps and {s["dtype"] for s in model.steps} == {expected}
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
