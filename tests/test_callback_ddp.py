@@ -182,6 +182,7 @@ def bf16_ranks(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.Tem
     return run_ddp_fit(synthetic_dataset, tmp_path_factory.mktemp("ddp_fit_bf16"), "bf16-mixed")
 
 
+@pytest.mark.slow
 def test_sync_batchnorm_trains_under_bf16_mixed_precision(bf16_ranks):
     # Sync BatchNorm on bfloat16 activations with float32 weights used to raise "mixed dtype".
     ranks = bf16_ranks
