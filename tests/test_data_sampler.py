@@ -310,3 +310,31 @@ def test_start_iteration_continues_the_epoch_where_it_stopped(mode: str, skip: i
     assert list(resumed) == uninterrupted[skip:]
     assert len(resumed) == len(full) == len(uninterrupted)
     assert epoch_batches(resumed, epoch + 1) == epoch_batches(full, epoch + 1)
+
+
+def test_start_iteration_survives_lightning_distributed_sampler_injection() -> None:
+    # Under DDP with `use_distributed_sampler=True` Lightning rebuilds the batch sampler from the
+    # arguments it was built with: a resumed loader must keep skipping the trained iterations.
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from pytorch_lightning.utilities.data import _update_dataloader
+
+    schedule = make_schedule(devices=2)
+    epoch = schedule.stages[1].start_epoch
+    dataset = Echo(50)
+
+    def loader(start_iteration: int) -> DataLoader[Any]:
+        with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+            built: DataLoader[Any] = DataLoader(
+                dataset,  # type: ignore[arg-type]
+                batch_sampler=ShortCycleBatchSampler(
+                    EpochShardSampler(50), schedule, seed=4, start_epoch=epoch, start_iteration=start_iteration
+                ),
+                collate_fn=lambda batch: batch,
+            )
+        injected: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=0)  # type: ignore[arg-type]
+        injected.set_epoch(epoch)
+        return _update_dataloader(built, injected)
+
+    full, resumed = list(loader(0)), list(loader(3))
+    assert resumed == full[3:]
+    assert len(loader(3)) == len(full)
