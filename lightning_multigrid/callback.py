@@ -74,14 +74,34 @@ class MultigridCallback(Callback):
         convert_batchnorm: replace the model's BatchNorm layers with
             :class:`~lightning_multigrid.norm.MultigridBatchNorm` so their grouping follows the
             schedule. Turn off to keep plain BatchNorm (statistics then vary with the batch).
+            Ignored (nothing converted) with ``long_cycle=False``.
         manage_lr: map each step onto the baseline LR timeline and scale by the long-cycle
             factor. Turn off to leave the LR entirely to the user.
-        precise_bn_batches: before each validation, recompute BatchNorm statistics at the
-            base shape over this many training batches (0 turns it off). Needs a DataModule with
-            ``precise_bn_dataloader()``.
+        precise_bn_batches: before a validation, when the weights changed since the last
+            recomputation, recompute BatchNorm statistics at the base shape over this many
+            training batches (0 turns it off). Needs a DataModule with ``precise_bn_dataloader()``.
         preflight: run one tiny forward per grid when fitting starts, to fail before training.
-        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first.
+        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first. With
+            the short cycle on, every long-cycle crop must be at least the short-cycle crops.
         short_cycle_factors: crop factors of the two smaller short-cycle iterations.
+
+    Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
+
+    - ``max_epochs``: required, the baseline's; ``fit_loop.max_epochs`` is the multigrid count
+      during fit and the user's value again after it (``teardown``, or when fit raises).
+    - ``precision``: every setting; sync BatchNorm keeps float32 statistics under mixed precision.
+    - ``val_check_interval``: a float is a fraction of every multigrid epoch; an integer (baseline
+      batches) is mapped to the same fraction of the baseline epoch; an integer with
+      ``check_val_every_n_epoch=None`` is refused. ``check_val_every_n_epoch`` counts multigrid epochs.
+    - ``max_steps``: refused when it would end the baseline before ``max_epochs``; otherwise lifted
+      for the run (restored after it).
+    - ``sync_batchnorm=True``: refused.
+    - resume (``ckpt_path``): the checkpoint's schedule, with the BatchNorm plan recomputed for the
+      current device count; mid-epoch, the DataModule's sampler skips the iterations done.
+    - a second ``fit`` on the same Trainer, or this object reused with another Trainer and model:
+      per-fit state is reset in ``setup``.
+    - parameter groups added during fit (``BackboneFinetuning``): scaled by the long-cycle factor.
+    - ``long_cycle=False``: the model's BatchNorm is left as it is (the batch does not change).
 
     Example::
 
@@ -118,14 +138,21 @@ class MultigridCallback(Callback):
         self.preflight = preflight
         self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors or DEFAULT_LONG_CYCLE_FACTORS)
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
-        self.schedule: MultigridSchedule | None = None
         self._restored_config: dict[str, Any] | None = None
+        self._hook_handles: list[Any] = []
+        self._reset_fit_state()
+
+    def _reset_fit_state(self) -> None:
+        """Forget everything a previous ``fit`` left (the object may serve another Trainer and model)."""
+        self.schedule: MultigridSchedule | None = None
         self._baseline_max_epochs = 0
         self._baseline_lrs: list[tuple[torch.optim.Optimizer, BaselineLR]] = []
-        self._hook_handles: list[Any] = []
         self._saved_lrs: dict[int, list[float]] = {}
         self._position = (0, 0, 1)  # (epoch, batch index, batches in the epoch)
         self._applied_bn: BNPlan | None = None
+        self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
+        # Trainer settings the callback changes during fit, with their values to restore.
+        self._trainer_settings: dict[str, Any] = {}
         self.effective_lr: float | None = None
 
     # ---------------------------------------------------------------- set-up
@@ -134,6 +161,8 @@ class MultigridCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit" or not self.enabled:
             return
+        self._reset_fit_state()
+        self._restored_config = None  # a checkpoint's config arrives after setup, in load_state_dict
         if trainer.max_epochs is None or trainer.max_epochs < 1:
             raise ValueError(
                 f"MultigridCallback needs `Trainer(max_epochs=...)`, the baseline's epochs, got {trainer.max_epochs!r}."
@@ -146,9 +175,24 @@ class MultigridCallback(Callback):
                 "`base_shape`, `sampling_rate` and `attach_schedule(schedule)` and build its train "
                 "loader with `ShortCycleBatchSampler`."
             )
+        if self.short_cycle and self.long_cycle:
+            _check_short_cycle_crops(trainer.datamodule.base_shape.crop_size, self.long_cycle_factors, self.short_cycle_factors)
+        if isinstance(trainer.val_check_interval, int) and trainer.check_val_every_n_epoch is None:
+            raise ValueError(
+                f"`Trainer(val_check_interval={trainer.val_check_interval}, check_val_every_n_epoch=None)` "
+                "validates every so many baseline steps across epochs; multigrid takes fewer, larger "
+                "steps, so that count has no equivalent. Use a float `val_check_interval` (a fraction "
+                "of an epoch) or an integer one with `check_val_every_n_epoch` (both are mapped)."
+            )
         self._baseline_max_epochs = trainer.max_epochs
-        if self.convert_batchnorm:
+        if self._manages_batchnorm:
             convert_batchnorm(pl_module)
+
+    @property
+    def _manages_batchnorm(self) -> bool:
+        # Without the long cycle the batch never changes, and the reference implementation keeps
+        # the model's BatchNorm as it is: so do we (DESIGN.md section 1).
+        return self.convert_batchnorm and self.long_cycle
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -164,7 +208,14 @@ class MultigridCallback(Callback):
                     "run. Use a step or cosine schedule, or pass `MultigridCallback(manage_lr=False, "
                     "milestones=[...])` to keep it and scale nothing."
                 )
-        steps_per_epoch = self._baseline_steps_per_epoch(trainer) if any(c.interval == "step" for c in configs) else 1
+        needs_length = (
+            any(c.interval == "step" for c in configs)
+            or trainer.max_steps != -1
+            or isinstance(trainer.val_check_interval, int)
+        )
+        batches_per_epoch = self._baseline_batches_per_epoch(trainer) if needs_length else 1
+        steps_per_epoch = max(1, math.ceil(batches_per_epoch / trainer.accumulate_grad_batches))
+        self._map_trainer_limits(trainer, batches_per_epoch, steps_per_epoch)
         config = self._build_config(trainer, pl_module, steps_per_epoch)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -172,12 +223,12 @@ class MultigridCallback(Callback):
         for warning in caught:
             rank_zero_info(f"multigrid: {warning.message}")
 
-        trainer.fit_loop.max_epochs = self.schedule.max_epochs
+        self._change(trainer, "max_epochs", self.schedule.max_epochs)
         datamodule.attach_schedule(self.schedule)
         # A train loader built before now (e.g. by `estimated_stepping_batches` in
         # configure_optimizers) serves the baseline grid; Lightning has no public way to drop it.
         trainer.fit_loop._combined_loader = None
-        if trainer.world_size > 1:
+        if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
             self._install_lr_mapping(trainer, pl_module, steps_per_epoch)
@@ -207,7 +258,9 @@ class MultigridCallback(Callback):
             jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
         )
         if self._restored_config is not None:
-            restored = _config_from_dict(self._restored_config)
+            # The checkpoint fixes the epochs (they must not move under a resumed run); the
+            # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
+            restored = dataclasses.replace(_config_from_dict(self._restored_config), devices=trainer.world_size)
             if restored != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
@@ -216,10 +269,37 @@ class MultigridCallback(Callback):
             return restored
         return config
 
-    def _baseline_steps_per_epoch(self, trainer: pl.Trainer) -> int:
-        # Called before the schedule is attached, so this is the baseline loader's length, as the
-        # user's configure_optimizers saw it.
-        return max(1, int(trainer.estimated_stepping_batches) // self._baseline_max_epochs)
+    def _baseline_batches_per_epoch(self, trainer: pl.Trainer) -> int:
+        # Called before the schedule is attached, so this is the baseline loader's length (with
+        # `limit_train_batches`), as the user's configure_optimizers saw it.
+        trainer.estimated_stepping_batches  # builds the train loader if nothing has yet
+        return max(1, int(trainer.num_training_batches))
+
+    def _map_trainer_limits(self, trainer: pl.Trainer, batches_per_epoch: int, steps_per_epoch: int) -> None:
+        """Map ``val_check_interval`` and ``max_steps``, given for the baseline, onto the multigrid run."""
+        baseline_steps = steps_per_epoch * self._baseline_max_epochs
+        if trainer.max_steps != -1:
+            if trainer.max_steps < baseline_steps:
+                raise ValueError(
+                    f"`Trainer(max_steps={trainer.max_steps})` ends the baseline run after "
+                    f"{trainer.max_steps / steps_per_epoch:.2f} of its `max_epochs`={self._baseline_max_epochs} "
+                    f"epochs ({steps_per_epoch} steps each); multigrid plans whole baseline epochs and "
+                    "cannot end there. Remove `max_steps` and give the baseline's length as `max_epochs` "
+                    f"(e.g. max_epochs={max(1, round(trainer.max_steps / steps_per_epoch))})."
+                )
+            # It does not limit the baseline, so it must not cut the multigrid run (whose step
+            # count differs) short either.
+            self._change(trainer, "max_steps", -1)
+        if isinstance(trainer.val_check_interval, int):
+            # Every N baseline batches is the fraction N / batches of an epoch; a multigrid epoch
+            # covers the same clips in fewer batches.
+            self._change(trainer, "val_check_interval", min(1.0, trainer.val_check_interval / batches_per_epoch))
+
+    def _change(self, trainer: pl.Trainer, name: str, value: Any) -> None:
+        """Set a Trainer setting for this fit; :meth:`teardown` puts the user's value back."""
+        owner = _setting_owner(trainer, name)
+        self._trainer_settings.setdefault(name, getattr(owner, name))
+        setattr(owner, name, value)
 
     def _install_lr_mapping(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> None:
         by_optimizer = {id(c.scheduler.optimizer): c for c in trainer.lr_scheduler_configs}
@@ -262,7 +342,7 @@ class MultigridCallback(Callback):
             return
         # On resume the train loader was built while `current_epoch` still named the checkpoint's
         # epoch, not the one about to run: ask for a rebuild (a no-op for a fresh run at epoch 0).
-        trainer.reload_dataloaders_every_n_epochs = 1
+        self._change(trainer, "reload_dataloaders_every_n_epochs", 1)
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -271,7 +351,7 @@ class MultigridCallback(Callback):
         epoch = trainer.current_epoch
         self._position = (epoch, batch_idx, max(1, int(trainer.num_training_batches)))
         stage = self._stage(epoch)
-        if stage.bn != self._applied_bn:
+        if self._manages_batchnorm and stage.bn != self._applied_bn:
             apply_bn_plan(pl_module, stage.bn)
             self._applied_bn = stage.bn
 
@@ -286,8 +366,11 @@ class MultigridCallback(Callback):
         baseline_epoch = self.schedule.baseline_epoch_at(epoch + batch_idx / num_batches)
         factor = self._stage(epoch).lr_factor
         self._saved_lrs[id(optimizer)] = [g["lr"] for g in optimizer.param_groups]
-        for group, lr in zip(optimizer.param_groups, tracker.lrs_at(baseline_epoch)):
-            group["lr"] = lr * factor
+        baseline_lrs = tracker.lrs_at(baseline_epoch)
+        for i, group in enumerate(optimizer.param_groups):
+            # Groups added after fitting started (e.g. by BackboneFinetuning) are not in the
+            # baseline copy: their LR is what the code that manages them set; scale that.
+            group["lr"] = (baseline_lrs[i] if i < len(baseline_lrs) else group["lr"]) * factor
         if optimizer is self._baseline_lrs[0][0]:
             self.effective_lr = optimizer.param_groups[0]["lr"]
 
@@ -310,8 +393,8 @@ class MultigridCallback(Callback):
             "multigrid/num_frames": float(grid.num_frames),
             "multigrid/crop_size": float(grid.crop_size),
             "multigrid/lr_factor": float(stage.lr_factor),
-            "multigrid/bn_groups": float(stage.bn.num_splits),
-            "multigrid/bn_sync_ranks": float(stage.bn.group_size),
+            "multigrid/bn_groups": float(stage.bn.num_splits if self._manages_batchnorm else 1),
+            "multigrid/bn_sync_ranks": float(stage.bn.group_size if self._manages_batchnorm else 1),
         }
         if self.effective_lr is not None:
             metrics["multigrid/lr"] = self.effective_lr
@@ -330,7 +413,7 @@ class MultigridCallback(Callback):
             return
         epoch = trainer.current_epoch
         changes = self._stage(epoch + 1).shape != self._stage(epoch).shape
-        trainer.reload_dataloaders_every_n_epochs = 1 if changes else 0
+        self._change(trainer, "reload_dataloaders_every_n_epochs", 1 if changes else 0)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -339,18 +422,42 @@ class MultigridCallback(Callback):
         loader_factory = getattr(trainer.datamodule, "precise_bn_dataloader", None)
         if loader_factory is None:
             return
+        # Only when the weights changed since the last run (a second validation at the same
+        # step, or `trainer.validate()` after fit, would only redraw the statistics).
+        done = (id(pl_module), trainer.global_step)
+        if done == self._precise_bn_done:
+            return
         from lightning_multigrid.precise_bn import update_bn_stats
 
         update_bn_stats(trainer, pl_module, loader_factory(), self.precise_bn_batches)
+        self._precise_bn_done = done
         # Precise BN ran at the base shape in plain mode; training resumes with its own plan.
         self._applied_bn = None
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._end_fit(trainer)
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # Lightning skips `teardown` when fit raises; the Trainer may still be fitted again.
+        self._end_fit(trainer)
+
+    def _end_fit(self, trainer: pl.Trainer) -> None:
+        """Undo what the callback changed outside itself for this fit."""
         for handle in self._hook_handles:
             handle.remove()
         self._hook_handles.clear()
         self._baseline_lrs.clear()
+        # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
+        # set, not the multigrid run's epochs.
+        for name, value in self._trainer_settings.items():
+            setattr(_setting_owner(trainer, name), name, value)
+        self._trainer_settings.clear()
+        datamodule = trainer.datamodule
+        if self.schedule is not None and isinstance(datamodule, GridDataModule):
+            datamodule.attach_schedule(None)
 
     # --------------------------------------------------------------- resume
 
@@ -363,6 +470,38 @@ class MultigridCallback(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_config = state_dict.get("config")
+
+
+def _setting_owner(trainer: pl.Trainer, name: str) -> Any:
+    """The object whose attribute ``name`` holds a Trainer setting (``trainer.max_steps`` and
+    ``trainer.max_epochs`` are read-only views of the fit loop's)."""
+    if name == "max_epochs":
+        return trainer.fit_loop
+    if name == "max_steps":
+        return trainer.fit_loop.epoch_loop
+    return trainer
+
+
+def _check_short_cycle_crops(
+    crop_size: int, long_cycle_factors: Sequence[Sequence[float]], short_cycle_factors: Sequence[float]
+) -> None:
+    """Raise unless every short-cycle crop is at most every long-cycle crop, in pixels.
+
+    The short cycle shrinks the long-cycle crop and grows the batch by ``round((long/short)^2)``;
+    a short crop above the long crop would enlarge the crop instead, with the same batch or, below
+    ``long/short = 1/sqrt(2)``, a batch of 0 clips.
+    """
+    largest_short = max(max(1, round(f * crop_size)) for f in short_cycle_factors)
+    for t_factor, s_factor in long_cycle_factors:
+        long_crop = max(1, round(s_factor * crop_size))
+        if long_crop < largest_short:
+            raise ValueError(
+                f"`long_cycle_factors` entry ({t_factor}, {s_factor}) gives a {long_crop}-pixel crop, "
+                f"smaller than the {largest_short}-pixel short-cycle crop of `short_cycle_factors`="
+                f"{tuple(short_cycle_factors)} (of crop_size={crop_size}): the short cycle would enlarge the "
+                f"crop (and can give batches of no clips). Use s_factors >= {max(short_cycle_factors):.3f}, "
+                "smaller `short_cycle_factors`, or `short_cycle=False`."
+            )
 
 
 def _config_from_dict(values: dict[str, Any]) -> MultigridConfig:

@@ -241,6 +241,17 @@ class MultigridBatchNorm(_BatchNorm):
         factor = self._count_step()
         track = factor is not None
         n, c = input.shape[:2]
+        if _is_channels_last(input):
+            # (N, C, *positions) stored as (N, *positions, C) (channels_last_3d, say): normalise
+            # the (N, L, C) view and give the output the same layout, with no copy either way.
+            # The grouped single batch_norm call below would need a copy into (N/k, k*C, L).
+            x_last = input.movedim(1, -1).reshape(n, -1, c)
+            y_last, mean_j, var_j = _RaggedSplitBatchNorm.apply(
+                x_last, self.weight, self.bias, num_groups, self.eps, True
+            )
+            if factor is not None:
+                self._update_running_stats(*_aggregate(mean_j, var_j), factor)
+            return y_last.view(n, *input.shape[2:], c).movedim(-1, 1)
         # Flatten the positions so the group layout below is the same for 2D to 5D input (a view
         # for contiguous input).
         x = input.reshape(n, c, -1).contiguous()
@@ -255,13 +266,10 @@ class MultigridBatchNorm(_BatchNorm):
             # Groups of unequal size (q+1 and q samples) cannot share one batch_norm call; the
             # statistics are combined from per-sample partial ones instead (see
             # _RaggedSplitBatchNorm), which costs no copies of the input.
-            y, mean_j, var_j = _RaggedSplitBatchNorm.apply(x, self.weight, self.bias, num_groups, self.eps)
+            y, mean_j, var_j = _RaggedSplitBatchNorm.apply(x, self.weight, self.bias, num_groups, self.eps, False)
             means, variances = (mean_j, var_j) if track else (None, None)
         if factor is not None and means is not None and variances is not None:
-            with torch.no_grad():
-                mean = means.mean(0)
-                var = variances.mean(0) + (means - mean).pow(2).mean(0)
-            self._update_running_stats(mean, var, factor)
+            self._update_running_stats(*_aggregate(means, variances), factor)
         return y.reshape(input.shape)
 
     def _grouped_batch_norm(
@@ -310,14 +318,28 @@ def _group_sum(values: Tensor, num_groups: int) -> Tensor:
     return values.view(-1, num_groups, c).sum(0)
 
 
-def _per_sample(values: Tensor, n: int) -> Tensor:
-    """Broadcast per-group ``(num_groups, C)`` values to the ``n`` samples: ``(n, C, 1)``."""
+@torch.no_grad()
+def _aggregate(means: Tensor, variances: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and variance over the groups from per-group ``(num_groups, C)`` ones (class docstring)."""
+    mean = means.mean(0)
+    return mean, variances.mean(0) + (means - mean).pow(2).mean(0)
+
+
+def _is_channels_last(input: Tensor) -> bool:
+    """Whether ``(N, C, ...)`` input is stored channels-last (``(N, ..., C)`` contiguous), not NC..."""
+    return input.dim() >= 3 and not input.is_contiguous() and input.movedim(1, -1).is_contiguous()
+
+
+def _per_sample(values: Tensor, n: int, position_dim: int = 2) -> Tensor:
+    """Broadcast per-group ``(num_groups, C)`` values to the ``n`` samples: ``(n, C, 1)``, or
+    ``(n, 1, C)`` with ``position_dim=1``."""
     num_groups = values.shape[0]
-    return values.repeat(-(-n // num_groups), 1)[:n].unsqueeze(2)
+    return values.repeat(-(-n // num_groups), 1)[:n].unsqueeze(position_dim)
 
 
 class _RaggedSplitBatchNorm(torch.autograd.Function):
-    """Split BatchNorm over interleaved groups of unequal size, for ``(N, C, L)`` input.
+    """Split BatchNorm over interleaved groups of unequal size, for ``(N, C, L)`` input, or
+    ``(N, L, C)`` input with ``channels_last=True`` (output in the input's layout).
 
     Forward: per-sample means and variances in one numerically stable pass, combined exactly
     per group (Chan et al.'s parallel formula); the output is then ``x * scale + shift`` with
@@ -331,11 +353,18 @@ class _RaggedSplitBatchNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, weight: Tensor | None, bias: Tensor | None, num_groups: int, eps: float
+        ctx: Any,
+        x: Tensor,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        num_groups: int,
+        eps: float,
+        channels_last: bool,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        n, c, length = x.shape
+        position_dim = 1 if channels_last else 2
+        n, length = x.shape[0], x.shape[position_dim]
         stats_dtype = torch.promote_types(x.dtype, torch.float32)
-        sample_var, sample_mean = torch.var_mean(x.to(stats_dtype), dim=2, correction=0)  # (N, C)
+        sample_var, sample_mean = torch.var_mean(x.to(stats_dtype), dim=position_dim, correction=0)  # (N, C)
         samples = _group_sum(torch.ones(n, 1, device=x.device, dtype=stats_dtype), num_groups)  # (k, 1)
         mean = _group_sum(sample_mean, num_groups) / samples
         deviation = (sample_mean - _per_sample(mean, n).squeeze(2)).pow(2)
@@ -343,10 +372,13 @@ class _RaggedSplitBatchNorm(torch.autograd.Function):
         invstd = torch.rsqrt(var + eps)
         scale = invstd if weight is None else invstd * weight.to(stats_dtype)
         shift = -mean * scale if bias is None else bias.to(stats_dtype) - mean * scale
-        y = torch.addcmul(_per_sample(shift, n).to(x.dtype), x, _per_sample(scale, n).to(x.dtype))
+        y = torch.addcmul(
+            _per_sample(shift, n, position_dim).to(x.dtype), x, _per_sample(scale, n, position_dim).to(x.dtype)
+        )
         values = samples * length
         ctx.save_for_backward(x, weight, mean, invstd, values)
         ctx.num_groups = num_groups
+        ctx.position_dim = position_dim
         unbiased_var = var * values / (values - 1)
         ctx.mark_non_differentiable(mean, unbiased_var)
         return y, mean, unbiased_var
@@ -359,13 +391,15 @@ class _RaggedSplitBatchNorm(torch.autograd.Function):
         x, weight, mean, invstd, values = ctx.saved_tensors
         n = x.shape[0]
         num_groups = ctx.num_groups
+        position_dim = ctx.position_dim
         stats_dtype = mean.dtype
         dy = grad_output
-        sum_dy = _group_sum(dy.sum(2).to(stats_dtype), num_groups)  # (k, C)
+        sum_dy = _group_sum(dy.sum(position_dim).to(stats_dtype), num_groups)  # (k, C)
         # Sum over positions of dy * x without a full-size temporary (a batched dot product);
         # subtracting mean * sum(dy) afterwards loses float32 digits only when |mean| is many
         # times the standard deviation, which BatchNorm inputs after a conv rarely are.
-        sum_dy_x = _group_sum(torch.einsum("ncl,ncl->nc", dy, x).to(stats_dtype), num_groups)
+        equation = "nlc,nlc->nc" if position_dim == 1 else "ncl,ncl->nc"
+        sum_dy_x = _group_sum(torch.einsum(equation, dy, x).to(stats_dtype), num_groups)
         sum_dy_xmu = sum_dy_x - mean * sum_dy
         grad_weight = (sum_dy_xmu * invstd).sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
         grad_bias = sum_dy.sum(0).to(weight.dtype) if ctx.needs_input_grad[2] else None
@@ -375,9 +409,11 @@ class _RaggedSplitBatchNorm(torch.autograd.Function):
             a = invstd if weight is None else invstd * weight.to(stats_dtype)
             b = -a * invstd.pow(2) * sum_dy_xmu / values
             d = -a * sum_dy / values - mean * b
-            grad_input = torch.addcmul(_per_sample(d, n).to(x.dtype), x, _per_sample(b, n).to(x.dtype))
-            grad_input.addcmul_(dy, _per_sample(a, n).to(x.dtype))
-        return grad_input, grad_weight, grad_bias, None, None
+            grad_input = torch.addcmul(
+                _per_sample(d, n, position_dim).to(x.dtype), x, _per_sample(b, n, position_dim).to(x.dtype)
+            )
+            grad_input.addcmul_(dy, _per_sample(a, n, position_dim).to(x.dtype))
+        return grad_input, grad_weight, grad_bias, None, None, None
 
 
 class _BatchNormXd(_BatchNorm):
@@ -470,8 +506,14 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         global_mean = (counts * means).sum(0) / total
         global_var = (counts * (variances + (means - global_mean).pow(2))).sum(0) / total
         invstd = torch.rsqrt(global_var + eps)
-        # Eval-mode batch_norm with the group's statistics: one fused pass for the output.
-        y = F.batch_norm(x, global_mean.to(x.dtype), global_var.to(x.dtype), weight, bias, False, 0.0, eps)
+        # y = x * scale + shift in one fused pass. Not F.batch_norm: under mixed precision x is
+        # half while the statistics are float32 and weight/bias are the model's dtype, a mix
+        # batch_norm refuses (CPU: "mixed dtype", CUDA: "Expected tensor ... same type").
+        # The per-channel factors are float32, cast to x's dtype once; x keeps its memory format.
+        shape = [1, c] + [1] * (x.dim() - 2)
+        scale = invstd if weight is None else invstd * weight.to(stats_dtype)
+        shift = -global_mean * scale if bias is None else bias.to(stats_dtype) - global_mean * scale
+        y = torch.addcmul(shift.view(shape).to(x.dtype), x, scale.view(shape).to(x.dtype))
         unbiased_var = global_var * (total / (total - 1))
         ctx.save_for_backward(x, weight, global_mean, invstd, total)
         ctx.process_group = process_group

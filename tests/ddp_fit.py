@@ -3,7 +3,10 @@
 Not a test module (pytest does not collect it): Lightning's ``strategy="ddp"`` re-launches the
 running script for rank 1, which cannot work from inside pytest, so the test runs this file::
 
-    python tests/ddp_fit.py OUT_DIR ROOT_DIR TRAIN_MANIFEST VAL_MANIFEST
+    python tests/ddp_fit.py OUT_DIR ROOT_DIR TRAIN_MANIFEST VAL_MANIFEST [PRECISION [CHECKPOINT_DIR]]
+
+PRECISION is the Trainer's (default ``32-true``); with CHECKPOINT_DIR a checkpoint is saved at
+the end of every epoch (``epoch=E-*.ckpt``), for a resume on another number of devices.
 
 Each rank writes ``OUT_DIR/rank{r}.json``: per training step the epoch, batch index, video
 shape, the BatchNorm layer's grouping (mode, num_splits, sync group size) and the statistics
@@ -27,9 +30,13 @@ import torch.distributed as dist
 from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 
-from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.norm import MultigridBatchNorm
+# The package of this checkout (beside tests/), not the installed one: the script runs from a
+# temporary directory, where the import would find whichever copy is installed.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from lightning_multigrid.callback import MultigridCallback  # noqa: E402
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule  # noqa: E402
+from lightning_multigrid.norm import MultigridBatchNorm  # noqa: E402
 
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)
 MAX_EPOCHS, MILESTONES, BN_BASE_SIZE = 4, [2], 2
@@ -49,6 +56,7 @@ class RecordingNet(pl.LightningModule):
             nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(4, 4),
         )
         self.steps: list[dict[str, Any]] = []
+        self.dtypes: set[torch.dtype] = set()  # of the BatchNorm input
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:
         return self.net(video)
@@ -60,6 +68,7 @@ class RecordingNet(pl.LightningModule):
         assert bn.running_mean is not None and bn.running_var is not None
         # self.net(video), layer by layer, to see the BatchNorm layer's input and buffers.
         x = self.net[0](video)
+        self.dtypes.add(x.dtype)
         before_mean, before_var = bn.running_mean.clone(), bn.running_var.clone()
         with torch.no_grad():
             local_var, local_mean = torch.var_mean(x.double(), dim=[0, 2, 3, 4], correction=0)
@@ -93,7 +102,14 @@ class RecordingNet(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.MultiStepLR(optimizer, MILESTONES)}
 
 
-def main(out_dir: str, root_dir: str, train_manifest: str, val_manifest: str) -> None:
+def main(
+    out_dir: str,
+    root_dir: str,
+    train_manifest: str,
+    val_manifest: str,
+    precision: str = "32-true",
+    checkpoint_dir: str | None = None,
+) -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
     model = RecordingNet()
@@ -101,24 +117,32 @@ def main(out_dir: str, root_dir: str, train_manifest: str, val_manifest: str) ->
         train_manifest=train_manifest, val_manifest=val_manifest, root_dir=root_dir,
         num_workers=0, flip=False, seed=1, **BASE,
     )
-    callback = MultigridCallback(bn_base_size=BN_BASE_SIZE, precise_bn_batches=0, milestones=MILESTONES)
+    callbacks: list[pl.Callback] = [
+        MultigridCallback(bn_base_size=BN_BASE_SIZE, precise_bn_batches=0, milestones=MILESTONES)
+    ]
+    if checkpoint_dir is not None:
+        callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=-1, every_n_epochs=1))
     trainer = pl.Trainer(
         accelerator="cpu", devices=2,
         # Plain "ddp" with a bounded collective timeout, so a rank that dies surfaces as an
         # error on the other instead of a 30-minute wait.
         strategy=DDPStrategy(process_group_backend="gloo", timeout=timedelta(seconds=90)),
         use_distributed_sampler=False, max_epochs=MAX_EPOCHS, num_sanity_val_steps=0,
-        limit_val_batches=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[callback],
+        limit_val_batches=1, logger=False, enable_checkpointing=checkpoint_dir is not None,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, precision=precision,
     )
     trainer.fit(model, datamodule=datamodule)
 
+    callback = callbacks[0]
+    assert isinstance(callback, MultigridCallback)
     schedule = callback.schedule
     assert schedule is not None
     bn = model.net[1]
     record: dict[str, Any] = {
         "rank": trainer.global_rank,
         "world_size": trainer.world_size,
+        "precision": trainer.precision,
+        "dtypes": sorted({str(d) for d in model.dtypes}),
         "backend": dist.get_backend() if dist.is_initialized() else None,
         "pid": os.getpid(),
         "current_epoch": trainer.current_epoch,
@@ -140,6 +164,6 @@ def main(out_dir: str, root_dir: str, train_manifest: str, val_manifest: str) ->
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 5:
-        sys.exit(f"usage: {sys.argv[0]} OUT_DIR ROOT_DIR TRAIN_MANIFEST VAL_MANIFEST")
+    if not 5 <= len(sys.argv) <= 7:
+        sys.exit(f"usage: {sys.argv[0]} OUT_DIR ROOT_DIR TRAIN_MANIFEST VAL_MANIFEST [PRECISION [CHECKPOINT_DIR]]")
     main(*sys.argv[1:])

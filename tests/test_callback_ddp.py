@@ -33,9 +33,9 @@ SCHEDULE = build_schedule(
 )
 
 
-def run_ddp_fit(data: SyntheticDataset, out_dir: Path) -> list[dict[str, Any]]:
+def run_ddp_fit(data: SyntheticDataset, out_dir: Path, *extra: str) -> list[dict[str, Any]]:
     run_ddp_script(
-        [str(SCRIPT), str(out_dir), str(data.root), str(data.train_manifest), str(data.val_manifest)],
+        [str(SCRIPT), str(out_dir), str(data.root), str(data.train_manifest), str(data.val_manifest), *extra],
         cwd=out_dir,
         timeout_s=TIMEOUT_S,
     )
@@ -43,8 +43,14 @@ def run_ddp_fit(data: SyntheticDataset, out_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def ranks(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return run_ddp_fit(synthetic_dataset, tmp_path_factory.mktemp("ddp_fit"))
+def ddp_fit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ddp_fit")
+
+
+@pytest.fixture(scope="module")
+def ranks(synthetic_dataset: SyntheticDataset, ddp_fit_dir: Path) -> list[dict[str, Any]]:
+    """The 2-process fit in float32, with a checkpoint at the end of every epoch."""
+    return run_ddp_fit(synthetic_dataset, ddp_fit_dir, "32-true", str(ddp_fit_dir / "checkpoints"))
 
 
 def approx(expected: list[float]) -> Any:
@@ -165,3 +171,64 @@ def test_ranks_end_with_identical_parameters_and_batchnorm_statistics(ranks):
     assert ranks[0]["final"].keys() == ranks[1]["final"].keys()
     for name, values in ranks[0]["final"].items():
         assert values == ranks[1]["final"][name], name
+
+
+# ------------------------------------------------------------ mixed precision, resume elsewhere
+
+
+@pytest.fixture(scope="module")
+def bf16_ranks(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The same 2-process fit under ``precision="bf16-mixed"``."""
+    return run_ddp_fit(synthetic_dataset, tmp_path_factory.mktemp("ddp_fit_bf16"), "bf16-mixed")
+
+
+@pytest.mark.slow
+def test_sync_batchnorm_trains_under_bf16_mixed_precision(bf16_ranks):
+    # Sync BatchNorm on bfloat16 activations with float32 weights used to raise "mixed dtype".
+    ranks = bf16_ranks
+    for r in ranks:
+        assert r["precision"] == "bf16-mixed"
+        assert r["dtypes"] == ["torch.bfloat16"]  # autocast really gave BatchNorm half input
+        assert r["current_epoch"] == SCHEDULE.max_epochs
+        assert all(math.isfinite(v) for values in r["final"].values() for v in values)
+    sync_steps = [(s0, s1) for s0, s1 in zip(ranks[0]["steps"], ranks[1]["steps"]) if s0["mode"] == "sync"]
+    assert sync_steps
+    for step0, step1 in sync_steps:
+        union_mean, _ = union_stats([step0, step1])
+        # float32 statistics of the bfloat16 input: those of the union of both ranks' batches.
+        assert derived_batch_stats(step0)[0] == pytest.approx(union_mean, rel=1e-3, abs=1e-3)
+        assert step0["running_mean_after"] == step1["running_mean_after"]
+        assert step0["running_var_after"] == step1["running_var_after"]
+
+
+def test_resume_on_one_device_replans_batchnorm(ranks, ddp_fit_dir, synthetic_dataset):
+    # A 2-device checkpoint resumed on 1 device keeps the epochs but plans BatchNorm for 1 device
+    # (the 2-device plan syncs over 2 ranks that no longer exist).
+    import pytorch_lightning as pl
+
+    from ddp_fit import BASE, MILESTONES, RecordingNet
+    from lightning_multigrid.callback import MultigridCallback
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+
+    checkpoints = ddp_fit_dir / "checkpoints"
+    first_sync = min(s.start_epoch for s in SCHEDULE.stages if s.bn.mode == "sync")
+    assert first_sync >= 1
+    (checkpoint,) = checkpoints.glob(f"epoch={first_sync - 1}-*.ckpt")
+    model = RecordingNet()
+    callback = MultigridCallback(bn_base_size=2, precise_bn_batches=0, milestones=MILESTONES)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=4, num_sanity_val_steps=0, limit_val_batches=0,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[callback],
+    )
+    datamodule = MultigridVideoDataModule(
+        train_manifest=str(synthetic_dataset.train_manifest), val_manifest=str(synthetic_dataset.val_manifest),
+        root_dir=str(synthetic_dataset.root), num_workers=0, flip=False, seed=1, **BASE,
+    )
+    trainer.fit(model, datamodule=datamodule, ckpt_path=str(checkpoint))
+    schedule = callback.schedule
+    assert schedule is not None and schedule.config.devices == 1
+    assert [(s.start_epoch, s.end_epoch) for s in schedule.stages] == [(s.start_epoch, s.end_epoch) for s in SCHEDULE.stages]
+    assert {s["epoch"] for s in model.steps} == set(range(first_sync, SCHEDULE.max_epochs))
+    for step in model.steps:
+        assert step["mode"] == schedule.stage_at(step["epoch"]).bn.mode != "sync"

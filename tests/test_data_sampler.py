@@ -278,3 +278,63 @@ def test_batch_sampler_rejects_bad_arguments() -> None:
         ShortCycleBatchSampler(EpochShardSampler(3), schedule, start_epoch=-1)
     with pytest.raises(ValueError, match="epoch"):
         ShortCycleBatchSampler(EpochShardSampler(3), schedule).set_epoch(-2)
+    with pytest.raises(ValueError, match="start_iteration"):
+        ShortCycleBatchSampler(EpochShardSampler(3), schedule, start_epoch=0, start_iteration=-1)
+    with pytest.raises(ValueError, match="`start_iteration` needs `start_epoch`"):
+        ShortCycleBatchSampler(EpochShardSampler(3), schedule, start_iteration=2)
+
+
+def test_schedule_with_empty_short_cycle_batches_is_refused() -> None:
+    # s_factor 0.4 < 1/sqrt2: the short-cycle crop exceeds the long-cycle one, batch 0.
+    config = MultigridConfig(batch_size=2, num_frames=8, crop_size=32, max_epochs=12, milestones=(8,),
+                             long_cycle_factors=((0.25, 0.4), (1.0, 1.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        schedule = build_schedule(config)
+    with pytest.raises(ValueError, match="grids with no clips.*`long_cycle_factors`"):
+        ShortCycleBatchSampler(EpochShardSampler(64), schedule)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("skip", [1, 4])
+def test_start_iteration_continues_the_epoch_where_it_stopped(mode: str, skip: int) -> None:
+    # A mid-epoch resume: the same clips, seeds and short-cycle grids as the uninterrupted epoch
+    # from iteration `skip` on; the epoch's length stays whole; the next epoch starts at 0.
+    schedule = make_schedule(mode)
+    epoch = schedule.stages[1].start_epoch
+    full = ShortCycleBatchSampler(EpochShardSampler(50, seed=3), schedule, seed=4, start_epoch=epoch)
+    resumed = ShortCycleBatchSampler(
+        EpochShardSampler(50, seed=3), schedule, seed=4, start_epoch=epoch, start_iteration=skip
+    )
+    uninterrupted = list(full)
+    assert list(resumed) == uninterrupted[skip:]
+    assert len(resumed) == len(full) == len(uninterrupted)
+    assert epoch_batches(resumed, epoch + 1) == epoch_batches(full, epoch + 1)
+
+
+def test_start_iteration_survives_lightning_distributed_sampler_injection() -> None:
+    # Under DDP with `use_distributed_sampler=True` Lightning rebuilds the batch sampler from the
+    # arguments it was built with: a resumed loader must keep skipping the trained iterations.
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from pytorch_lightning.utilities.data import _update_dataloader
+
+    schedule = make_schedule(devices=2)
+    epoch = schedule.stages[1].start_epoch
+    dataset = Echo(50)
+
+    def loader(start_iteration: int) -> DataLoader[Any]:
+        with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+            built: DataLoader[Any] = DataLoader(
+                dataset,  # type: ignore[arg-type]
+                batch_sampler=ShortCycleBatchSampler(
+                    EpochShardSampler(50), schedule, seed=4, start_epoch=epoch, start_iteration=start_iteration
+                ),
+                collate_fn=lambda batch: batch,
+            )
+        injected: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=0)  # type: ignore[arg-type]
+        injected.set_epoch(epoch)
+        return _update_dataloader(built, injected)
+
+    full, resumed = list(loader(0)), list(loader(3))
+    assert resumed == full[3:]
+    assert len(loader(3)) == len(full)

@@ -186,6 +186,28 @@ def test_split_accepts_any_input_and_gradient_layout(n: int) -> None:
     torch.testing.assert_close(x.grad, reference.grad)
 
 
+@pytest.mark.parametrize(("n", "k"), [(8, 4), (10, 4), (3, 8)])
+@pytest.mark.parametrize("spatial", [(2, 3, 4), (3, 4)])
+def test_split_keeps_the_channels_last_layout(n: int, k: int, spatial: tuple[int, ...]) -> None:
+    # A channels_last(_3d) network must not get NC... output (a copy per layer on GPU).
+    memory_format = torch.channels_last_3d if len(spatial) == 3 else torch.channels_last
+    layer, reference_layer = _layer(k), _layer(k)
+    x = _input(n, spatial).contiguous(memory_format=memory_format).requires_grad_()
+    reference = x.detach().contiguous().requires_grad_()
+    grad = torch.randn(x.shape, dtype=x.dtype).contiguous(memory_format=memory_format)
+    y = layer(x)
+    expected = reference_layer(reference)
+    assert y.is_contiguous(memory_format=memory_format)
+    torch.testing.assert_close(y, expected)
+    (y * grad).sum().backward()
+    (expected * grad).sum().backward()
+    assert x.grad is not None and x.grad.is_contiguous(memory_format=memory_format)
+    torch.testing.assert_close(x.grad, reference.grad)
+    torch.testing.assert_close(layer.weight.grad, reference_layer.weight.grad)
+    torch.testing.assert_close(layer.running_mean, reference_layer.running_mean)
+    torch.testing.assert_close(layer.running_var, reference_layer.running_var)
+
+
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_single_value_groups_never_nan(n: int) -> None:
     # (N, C) input with N < 2k: one sample per group would have no variance; groups are merged.
@@ -389,6 +411,62 @@ def test_sync_groups_of_two_among_four_ranks_gloo(tmp_path: Path) -> None:
     _check_sync_results(_run_sync_workers(tmp_path, world_size=4), world_size=4)
 
 
+def _autocast_sync_worker(rank: int, store: str, out: str) -> None:
+    """One of 2 ranks: a float32 layer syncing over both on bfloat16 channels_last input (autocast)."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    xs, grads = _sync_data([4, 6])
+    layer = _layer(1, dtype=torch.float32)
+    apply_bn_plan(layer, BNPlan("sync", group_size=2))
+    x = xs[rank].to(torch.bfloat16).contiguous(memory_format=torch.channels_last_3d).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = layer(x)
+    (y.float() * grads[rank]).sum().backward()
+    torch.save({"y": y.detach(), "channels_last": y.is_contiguous(memory_format=torch.channels_last_3d),
+                "x_grad": x.grad, "weight_grad": layer.weight.grad, **layer.state_dict()}, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@needs_forkserver
+def test_sync_under_bf16_autocast_two_ranks_gloo(tmp_path: Path) -> None:
+    # Mixed precision: half input, float32 statistics, weight and bias (used to raise "mixed dtype").
+    outs = [tmp_path / f"rank{rank}.pt" for rank in range(2)]
+    workers = _start_processes(
+        _autocast_sync_worker, [(rank, str(tmp_path / "store"), str(outs[rank])) for rank in range(2)],
+        preload=["torch", "lightning_multigrid.norm"],
+    )
+    for worker in workers:
+        worker.join(timeout=120)
+    for rank, worker in enumerate(workers):
+        if worker.is_alive():
+            worker.kill()
+        assert worker.exitcode == 0, f"rank {rank} exited with {worker.exitcode} (its traceback is above)"
+    results = [torch.load(out) for out in outs]
+    # Reference: plain BatchNorm in float64 over both ranks' (bfloat16-rounded) inputs.
+    xs, grads = _sync_data([4, 6])
+    reference = nn.BatchNorm3d(C, dtype=torch.float64)
+    layer = _layer(1, dtype=torch.float32)
+    with torch.no_grad():
+        reference.weight.copy_(layer.weight)
+        reference.bias.copy_(layer.bias)
+    x = torch.cat([x.to(torch.bfloat16).double() for x in xs]).requires_grad_()
+    y = reference(x)
+    (y * torch.cat(grads)).sum().backward()
+    for rank, got in enumerate(results):
+        rows = slice(0, 4) if rank == 0 else slice(4, 10)
+        assert got["y"].dtype == torch.bfloat16 and got["channels_last"]
+        torch.testing.assert_close(got["y"].double(), y[rows].detach(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(got["x_grad"].double(), x.grad[rows], rtol=2e-2, atol=5e-2)
+        torch.testing.assert_close(got["running_mean"].double(), reference.running_mean, rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(got["running_var"].double(), reference.running_var, rtol=1e-3, atol=1e-3)
+    weight_grad = results[0]["weight_grad"] + results[1]["weight_grad"]
+    torch.testing.assert_close(weight_grad.double(), reference.weight.grad, rtol=1e-2, atol=1e-2)
+    assert torch.equal(results[0]["running_var"], results[1]["running_var"])
+
+
 # --------------------------------------------------------------------------- module surgery
 
 
@@ -405,7 +483,8 @@ def test_convert_and_revert_keep_the_same_tensors() -> None:
     assert list(model.state_dict()) == list(tensors)
     # The optimizer built before the conversion still trains the converted layers.
     before = model[1].weight.detach().clone()
-    model(torch.randn(4, 3, 2, 2)).sum().backward()
+    # Squared: the weight gradient of a plain sum of BatchNorm outputs is zero up to round-off.
+    model(torch.randn(4, 3, 2, 2)).pow(2).sum().backward()
     optimizer.step()
     assert not torch.equal(model[1].weight, before)
     assert convert_batchnorm(model) is model and isinstance(model[1], MultigridBatchNorm)  # idempotent

@@ -48,6 +48,7 @@ class _LoaderKey(NamedTuple):
     shape: GridShape | None  # None: serves every shape
     rank: int
     world_size: int
+    resume: tuple[int, int] | None = None  # (epoch, iteration) a mid-epoch resume starts at
 
 
 class MultigridVideoDataModule(pl.LightningDataModule):
@@ -349,13 +350,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         # loader at every reload from the arguments it was first built with, to insert its
         # DistributedSampler: there each shape gets a loader built at its own epoch.
         shape = schedule.stage_at(epoch).shape if world_size > 1 else None
-        key = _LoaderKey(shape, rank, world_size)
+        start_iteration = self._iterations_done_in_epoch()
+        key = _LoaderKey(shape, rank, world_size, (epoch, start_iteration) if start_iteration else None)
         if self._train_loader is not None and self._train_loader_key == key:
             # Lightning sizes the epoch (len) before it calls set_epoch: set it now.
             self._batch_sampler_of(self._train_loader).set_epoch(epoch)
             return self._train_loader
         self._train_loader = None  # let the old loader's workers go before new ones start
-        self._train_loader = self._clip_loader(dataset, schedule, epoch, rank, world_size, self.seed)
+        self._train_loader = self._clip_loader(dataset, schedule, epoch, rank, world_size, self.seed, start_iteration)
         self._train_loader_key = key
         return self._train_loader
 
@@ -398,13 +400,21 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """Count skipped videos and turn ``batch["video"]`` into normalised float on the device.
 
         uint8 video becomes ``(video / 255 - mean) / std`` in float32, for a tensor
-        ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list; the ``"skipped"`` paths are added to
+        ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list, then the Trainer's input dtype
+        (``precision="bf16-true"``: bfloat16, ``"16-true"``: float16, ``"64-true"``: float64; mixed
+        precision keeps float32 for autocast); the ``"skipped"`` paths are added to
         :attr:`skipped_video_paths` and left in the batch.
         """
         if isinstance(batch, dict):
             self._collect_skipped(batch.get("skipped"))
             if "video" in batch:
-                batch["video"] = normalize_video(batch["video"], self.mean, self.std)
+                video = normalize_video(batch["video"], self.mean, self.std)
+                precision = getattr(self.trainer, "precision_plugin", None)
+                if precision is not None:
+                    # Lightning converts the batch to the precision's dtype before the transfer
+                    # hooks, when the video is still uint8 (left alone): convert the float here.
+                    video = precision.convert_input(video)
+                batch["video"] = video
         return batch
 
     @override
@@ -427,12 +437,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         rank: int,
         world_size: int,
         seed: int,
+        start_iteration: int = 0,
     ) -> DataLoader[Any]:
         # Built inside the *_dataloader hook, so Lightning can swap the inner sampler for its
         # DistributedSampler (use_distributed_sampler=True) and keep the batch sampler's settings.
         sampler = EpochShardSampler(len(dataset), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         batch_sampler = ShortCycleBatchSampler(
-            sampler, schedule, drop_last=self.drop_last, seed=seed, start_epoch=epoch
+            sampler, schedule, drop_last=self.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
         )
         return DataLoader(
             dataset,
@@ -504,6 +515,23 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     def _current_epoch(self) -> int:
         return int(self.trainer.current_epoch) if self.trainer is not None else 0
+
+    def _iterations_done_in_epoch(self) -> int:
+        """Batches of the current epoch already trained when ``fit`` resumes mid-epoch; else 0.
+
+        Lightning restores the fit loop's progress from the checkpoint and goes on at the next
+        batch index, but restarts the loader; the batch sampler skips these batches instead, so
+        the data order and the short-cycle phase continue where they stopped.
+        """
+        fit_loop = getattr(self.trainer, "fit_loop", None)  # None: no Trainer (or a stand-in)
+        if fit_loop is None:
+            return 0
+        epoch = fit_loop.epoch_progress.current
+        # `restarting` is set by a checkpoint load and cleared after the first epoch it runs;
+        # an epoch started but not processed is the mid-epoch case.
+        if not fit_loop.restarting or epoch.started == epoch.processed:
+            return 0
+        return int(fit_loop.epoch_loop.batch_progress.current.processed)
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         if self.trainer is None:

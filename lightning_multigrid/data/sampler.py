@@ -112,10 +112,16 @@ class ShortCycleBatchSampler(BatchSampler):
         start_epoch: when given, ``sampler.set_epoch(start_epoch)`` is called here, so the length
             is right before anyone calls ``set_epoch`` (Lightning sizes an epoch before it sets
             the epoch, and re-creates this object with the arguments it was built with).
+        start_iteration: iterations of epoch ``start_epoch`` already trained (a run resumed from a
+            mid-epoch checkpoint): iterating that epoch skips them, drawing the same clips and
+            short-cycle grids as an uninterrupted run from iteration ``start_iteration`` on.
+            ``len()`` stays the whole epoch's (Lightning counts the trained batches itself);
+            other epochs are not affected.
 
     Raises:
         TypeError: when ``sampler`` has no length.
-        ValueError: when ``start_epoch`` is negative.
+        ValueError: when ``start_epoch`` or ``start_iteration`` is negative, ``start_iteration``
+            is given without ``start_epoch``, or the schedule has a grid with no clips.
     """
 
     def __init__(
@@ -125,6 +131,7 @@ class ShortCycleBatchSampler(BatchSampler):
         drop_last: bool = False,
         seed: int = 0,
         start_epoch: int | None = None,
+        start_iteration: int = 0,
     ) -> None:
         # BatchSampler.__init__ is not called: it validates one fixed `batch_size`, and ours
         # changes every iteration.
@@ -134,11 +141,24 @@ class ShortCycleBatchSampler(BatchSampler):
             )
         if start_epoch is not None and (isinstance(start_epoch, bool) or start_epoch < 0):
             raise ValueError(f"`start_epoch` must be None or >= 0, got {start_epoch!r}.")
+        if isinstance(start_iteration, bool) or not isinstance(start_iteration, int) or start_iteration < 0:
+            raise ValueError(f"`start_iteration` must be an integer >= 0, got {start_iteration!r}.")
+        if start_iteration and start_epoch is None:
+            raise ValueError("`start_iteration` needs `start_epoch`: the epoch the skipped iterations belong to.")
+        for stage in schedule.stages:
+            empty = [grid for grid in (*stage.short_cycle, stage.shape) if grid.batch_size < 1]
+            if empty:
+                raise ValueError(
+                    f"The schedule gives grids with no clips in epochs {stage.start_epoch}-{stage.end_epoch - 1}: "
+                    f"{empty}. A short-cycle crop larger than the long-cycle crop does that; check "
+                    "`long_cycle_factors` against `short_cycle_factors`."
+                )
         self.sampler = sampler
         self.schedule = schedule
         self.drop_last = drop_last
         self.seed = seed
         self.start_epoch = start_epoch
+        self.start_iteration = start_iteration
         self._epoch = 0  # used only when the inner sampler keeps no epoch
         if start_epoch is not None:
             self.set_epoch(start_epoch)
@@ -167,6 +187,9 @@ class ShortCycleBatchSampler(BatchSampler):
         num_replicas = int(getattr(self.sampler, "num_replicas", 1))
         rank = int(getattr(self.sampler, "rank", 0))
 
+        # A resumed epoch draws its skipped batches too (unyielded), so later clips keep their
+        # positions, seeds and short-cycle grids.
+        skip = self.start_iteration if epoch == self.start_epoch else 0
         iteration = 0
         position = 0
         grid = self.schedule.short_cycle_at(epoch, iteration)
@@ -179,12 +202,13 @@ class ShortCycleBatchSampler(BatchSampler):
             )
             position += 1
             if len(batch) == grid.batch_size:
-                yield batch
+                if iteration >= skip:
+                    yield batch
                 batch = []
                 iteration += 1
                 grid = self.schedule.short_cycle_at(epoch, iteration)
                 scale_range = self.schedule.jitter_scales_for(grid.crop_size)
-        if batch and not self.drop_last:
+        if batch and not self.drop_last and iteration >= skip:
             yield batch
 
     def __len__(self) -> int:
