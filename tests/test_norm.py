@@ -268,7 +268,7 @@ def test_sync_without_distributed_or_on_one_rank_is_a_clear_error(tmp_path: Path
     import torch.distributed as dist
 
     model = convert_batchnorm(nn.BatchNorm3d(C))
-    with pytest.raises(ValueError, match="`group_size` must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="`group_size` must be a positive integer, got 0"):
         get_sync_group(0)
     assert get_sync_group(1) is None
     owned = not dist.is_initialized()  # a one-device DDP Trainer in another test may have left one
