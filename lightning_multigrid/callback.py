@@ -10,21 +10,28 @@ factor, for one optimizer step at a time), BatchNorm grouping, precise BN and lo
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import pytorch_lightning as pl
-import torch
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities import rank_zero_info
-from torch.optim.lr_scheduler import MultiStepLR, ReduceLROnPlateau, SequentialLR, StepLR
+from torch.optim.lr_scheduler import (
+    MultiStepLR,
+    ReduceLROnPlateau,
+    SequentialLR,
+    StepLR,
+)
 from typing_extensions import override
 
-from lightning_multigrid.lr import BaselineLR
-from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm, create_sync_groups
+from lightning_multigrid.lr import BaselineLR, MultigridLR
+from lightning_multigrid.norm import (
+    apply_bn_plan,
+    convert_batchnorm,
+    create_sync_groups,
+)
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
 from lightning_multigrid.schedule import (
@@ -139,21 +146,20 @@ class MultigridCallback(Callback):
         self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors or DEFAULT_LONG_CYCLE_FACTORS)
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
         self._restored_config: dict[str, Any] | None = None
-        self._hook_handles: list[Any] = []
+        self._lr: MultigridLR | None = None
         self._reset_fit_state()
 
     def _reset_fit_state(self) -> None:
         """Forget everything a previous ``fit`` left (the object may serve another Trainer and model)."""
         self.schedule: MultigridSchedule | None = None
         self._baseline_max_epochs = 0
-        self._baseline_lrs: list[tuple[torch.optim.Optimizer, BaselineLR]] = []
-        self._saved_lrs: dict[int, list[float]] = {}
-        self._position = (0, 0, 1)  # (epoch, batch index, batches in the epoch)
+        if self._lr is not None:
+            self._lr.detach()
+        self._lr = None
         self._applied_bn: BNPlan | None = None
         self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
         # Trainer settings the callback changes during fit, with their values to restore.
         self._trainer_settings: dict[str, Any] = {}
-        self.effective_lr: float | None = None
 
     # ---------------------------------------------------------------- set-up
 
@@ -302,10 +308,12 @@ class MultigridCallback(Callback):
         setattr(owner, name, value)
 
     def _install_lr_mapping(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> None:
+        assert self.schedule is not None
+        self._lr = MultigridLR(self.schedule)
         by_optimizer = {id(c.scheduler.optimizer): c for c in trainer.lr_scheduler_configs}
         for optimizer in trainer.optimizers:
             config = by_optimizer.get(id(optimizer))
-            tracker = BaselineLR(
+            baseline = BaselineLR(
                 optimizer,
                 None if config is None else config.scheduler,
                 interval="step" if config is not None and config.interval == "step" else "epoch",
@@ -313,9 +321,7 @@ class MultigridCallback(Callback):
                 steps_per_epoch=steps_per_epoch,
                 share=(pl_module, trainer),
             )
-            self._baseline_lrs.append((optimizer, tracker))
-            self._hook_handles.append(optimizer.register_step_pre_hook(functools.partial(self._scale_lr, tracker)))
-            self._hook_handles.append(optimizer.register_step_post_hook(self._restore_lr))
+            self._lr.attach(optimizer, baseline)
 
     def _preflight(self, pl_module: pl.LightningModule, datamodule: Any) -> None:
         from lightning_multigrid.models import preflight
@@ -349,7 +355,8 @@ class MultigridCallback(Callback):
         if self.schedule is None:
             return
         epoch = trainer.current_epoch
-        self._position = (epoch, batch_idx, max(1, int(trainer.num_training_batches)))
+        if self._lr is not None:
+            self._lr.set_position(epoch, batch_idx, int(trainer.num_training_batches))
         stage = self._stage(epoch)
         if self._manages_batchnorm and stage.bn != self._applied_bn:
             apply_bn_plan(pl_module, stage.bn)
@@ -358,26 +365,6 @@ class MultigridCallback(Callback):
     def _stage(self, epoch: int) -> Stage:
         assert self.schedule is not None, "MultigridCallback: the schedule is built in on_fit_start."
         return self.schedule.stage_at(epoch)
-
-    def _scale_lr(self, tracker: BaselineLR, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """Optimizer step pre-hook: the baseline LR at this point, times the long-cycle factor."""
-        assert self.schedule is not None
-        epoch, batch_idx, num_batches = self._position
-        baseline_epoch = self.schedule.baseline_epoch_at(epoch + batch_idx / num_batches)
-        factor = self._stage(epoch).lr_factor
-        self._saved_lrs[id(optimizer)] = [g["lr"] for g in optimizer.param_groups]
-        baseline_lrs = tracker.lrs_at(baseline_epoch)
-        for i, group in enumerate(optimizer.param_groups):
-            # Groups added after fitting started (e.g. by BackboneFinetuning) are not in the
-            # baseline copy: their LR is what the code that manages them set; scale that.
-            group["lr"] = (baseline_lrs[i] if i < len(baseline_lrs) else group["lr"]) * factor
-        if optimizer is self._baseline_lrs[0][0]:
-            self.effective_lr = optimizer.param_groups[0]["lr"]
-
-    def _restore_lr(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        """Optimizer step post-hook: give the user's scheduler back the LR it set."""
-        for group, lr in zip(optimizer.param_groups, self._saved_lrs.pop(id(optimizer), [])):
-            group["lr"] = lr
 
     @override
     def on_train_batch_end(
@@ -396,8 +383,8 @@ class MultigridCallback(Callback):
             "multigrid/bn_groups": float(stage.bn.num_splits if self._manages_batchnorm else 1),
             "multigrid/bn_sync_ranks": float(stage.bn.group_size if self._manages_batchnorm else 1),
         }
-        if self.effective_lr is not None:
-            metrics["multigrid/lr"] = self.effective_lr
+        if self._lr is not None and (lr := self._lr.effective_lr) is not None:
+            metrics["multigrid/lr"] = lr
         skipped = getattr(trainer.datamodule, "skipped_videos", None)
         if isinstance(skipped, int):
             metrics["multigrid/skipped_videos"] = float(skipped)
@@ -446,10 +433,8 @@ class MultigridCallback(Callback):
 
     def _end_fit(self, trainer: pl.Trainer) -> None:
         """Undo what the callback changed outside itself for this fit."""
-        for handle in self._hook_handles:
-            handle.remove()
-        self._hook_handles.clear()
-        self._baseline_lrs.clear()
+        if self._lr is not None:
+            self._lr.detach()
         # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
         # set, not the multigrid run's epochs.
         for name, value in self._trainer_settings.items():

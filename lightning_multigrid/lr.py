@@ -1,4 +1,4 @@
-"""The user's learning rate at a point of the baseline run, for any PyTorch LR scheduler.
+"""The learning rate of a multigrid run: the user's scheduler, read on the baseline timeline.
 
 The user's scheduler was written for the baseline run (its epochs, its step count). Multigrid maps
 each of its own steps to a baseline position (:meth:`MultigridSchedule.baseline_epoch_at`) and asks
@@ -6,18 +6,27 @@ here what the user's scheduler would give there. We answer by stepping a *shadow
 scheduler, bound to a parameter-free copy of the optimizer, forward to that position. Positions
 only grow during training, so each shadow step is taken once; no closed form is needed, so step,
 cosine, warm-up chains, ``LambdaLR`` and ``OneCycleLR`` all work.
+
+:class:`MultigridLR` applies it: for one optimizer step at a time, the baseline LR at the step's
+position times the long-cycle factor, set in an optimizer step pre-hook and undone in the
+post-hook, so the user's scheduler keeps stepping the LRs it set (DESIGN.md section 4: no
+Lightning hook runs between ``optimizer.step()`` and ``scheduler.step()``).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from typing import Any, Literal
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-__all__ = ["BaselineLR"]
+from lightning_multigrid.schedule import MultigridSchedule
+
+__all__ = ["BaselineLR", "MultigridLR"]
 
 
 class BaselineLR:
@@ -88,3 +97,77 @@ def _parameter_free_copy(optimizer: torch.optim.Optimizer) -> torch.optim.Optimi
         # Keep keys the user's optimizer has and SGD does not (betas for a one-cycle momentum).
         shadow_group.update({k: v for k, v in group.items() if k != "params"})
     return shadow
+
+
+class MultigridLR:
+    """Scale every optimizer step of a multigrid run onto the baseline's LR timeline.
+
+    The LR of a step at multigrid position ``epoch + batch_idx / num_batches`` is the user's
+    scheduler's at :meth:`MultigridSchedule.baseline_epoch_at` of it, times the stage's long-cycle
+    ``lr_factor``. Parameter groups added after :meth:`attach` (e.g. by ``BackboneFinetuning``)
+    are not in the baseline copy: their current LR, set by whatever manages them, is scaled.
+
+    Args:
+        schedule: the multigrid schedule.
+
+    Example::
+
+        lr = MultigridLR(schedule)
+        lr.attach(optimizer, BaselineLR(optimizer, scheduler))
+        for epoch in range(schedule.max_epochs):
+            for batch_idx, batch in enumerate(loader):
+                lr.set_position(epoch, batch_idx, len(loader))
+                ...  # forward, backward, optimizer.step(): the step uses the mapped LR
+            scheduler.step()
+        lr.detach()
+    """
+
+    def __init__(self, schedule: MultigridSchedule) -> None:
+        self.schedule = schedule
+        self._baselines: list[tuple[torch.optim.Optimizer, BaselineLR]] = []
+        self._handles: list[RemovableHandle] = []
+        self._user_lrs: dict[int, list[float]] = {}  # per optimizer, during its step only
+        self._epoch = 0.0  # multigrid position, in (fractional) epochs
+
+    def attach(self, optimizer: torch.optim.Optimizer, baseline: BaselineLR) -> None:
+        """Map ``optimizer``'s steps from now on, with ``baseline`` giving the user's LRs."""
+        self._baselines.append((optimizer, baseline))
+        self._handles.append(optimizer.register_step_pre_hook(functools.partial(self._scale, baseline)))
+        self._handles.append(optimizer.register_step_post_hook(self._restore))
+
+    def detach(self) -> None:
+        """Remove the hooks: the optimizers step with their own LRs again."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._baselines.clear()
+        self._user_lrs.clear()
+
+    def set_position(self, epoch: int, batch_idx: int, num_batches: int) -> None:
+        """Where the next optimizer step happens: batch ``batch_idx`` of ``num_batches`` in multigrid ``epoch``."""
+        self._epoch = epoch + batch_idx / max(1, num_batches)
+
+    def lrs(self, baseline: BaselineLR, current: list[float]) -> list[float]:
+        """The LR of each parameter group at the current position; ``current`` holds the groups' LRs now."""
+        factor = self.schedule.stage_at(int(self._epoch)).lr_factor
+        mapped = baseline.lrs_at(self.schedule.baseline_epoch_at(self._epoch))
+        return [(mapped[i] if i < len(mapped) else lr) * factor for i, lr in enumerate(current)]
+
+    @property
+    def effective_lr(self) -> float | None:
+        """The first optimizer's first parameter group's LR at the current position (for logging:
+        ``LearningRateMonitor`` shows the scheduler's unscaled value); ``None`` before :meth:`attach`."""
+        if not self._baselines:
+            return None
+        optimizer, baseline = self._baselines[0]
+        return self.lrs(baseline, [g["lr"] for g in optimizer.param_groups])[0]
+
+    def _scale(self, baseline: BaselineLR, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        current = [group["lr"] for group in optimizer.param_groups]
+        self._user_lrs[id(optimizer)] = current
+        for group, lr in zip(optimizer.param_groups, self.lrs(baseline, current)):
+            group["lr"] = lr
+
+    def _restore(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group, lr in zip(optimizer.param_groups, self._user_lrs.pop(id(optimizer), [])):
+            group["lr"] = lr

@@ -22,7 +22,6 @@ Logged: ``train/loss``; ``val/loss`` and ``val/top1``, ``val/top5`` (or ``val/ma
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -342,18 +341,6 @@ class VideoClassifier(pl.LightningModule):
         """
         return self._milestones
 
-    def lr_at(self, epoch: float) -> float:
-        """The base learning rate of (0-based, possibly fractional) ``epoch``: the closed form.
-
-        ``lr * (f + (1 - f) * epoch / warmup_epochs)`` during warm-up (``f`` is
-        ``warmup_start_factor``), then ``lr * gamma ** (number of milestones <= epoch)``. The
-        scheduler of :meth:`configure_optimizers` gives the same values at whole epochs.
-        """
-        hp = self.hparams
-        if epoch < hp.warmup_epochs:
-            return hp.lr * (hp.warmup_start_factor + (1 - hp.warmup_start_factor) * epoch / hp.warmup_epochs)
-        return hp.lr * hp.gamma ** bisect.bisect_right(self._milestones, epoch)
-
     def parameter_groups(self) -> list[dict[str, Any]]:
         """SGD parameter groups: ``decay`` (weights) and ``no_decay`` (BatchNorm, biases).
 
@@ -379,7 +366,8 @@ class VideoClassifier(pl.LightningModule):
         Without warm-up the scheduler is a ``MultiStepLR`` with the absolute milestones; with it, a
         ``SequentialLR([LinearLR, MultiStepLR], milestones=[warmup_epochs])`` whose
         ``MultiStepLR`` milestones are shifted by ``-warmup_epochs`` because it starts counting when
-        the warm-up ends. Both give :meth:`lr_at` at every whole epoch.
+        the warm-up ends. Both give the LR of epoch ``e``: ``lr * gamma ** (milestones <= e)``, ramped
+        linearly from ``lr * warmup_start_factor`` during the warm-up.
         """
         hp = self.hparams
         optimizer = torch.optim.SGD(

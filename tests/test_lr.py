@@ -1,4 +1,5 @@
-"""BaselineLR: the user's scheduler read at baseline positions, without touching the real one."""
+"""BaselineLR (the user's scheduler read at baseline positions, without touching the real one) and
+MultigridLR (each optimizer step at the mapped LR times the long-cycle factor)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
-from lightning_multigrid.lr import BaselineLR
+from lightning_multigrid.lr import BaselineLR, MultigridLR
+from lightning_multigrid.schedule import MultigridConfig, build_schedule
 
 
 def _optimizer(lr: float = 0.1) -> torch.optim.Optimizer:
@@ -69,3 +71,46 @@ def test_lambda_frequency_and_no_scheduler():
 def test_rejects_bad_interval():
     with pytest.raises(ValueError, match="`interval` must be 'epoch' or 'step'"):
         BaselineLR(_optimizer(), None, interval="batch")  # type: ignore[arg-type]
+
+
+def _step_size(optimizer: torch.optim.Optimizer, parameter: torch.Tensor) -> float:
+    """The LR a real SGD step used on ``parameter``: with gradient 1 and no momentum, the change."""
+    before = parameter.detach().clone()
+    parameter.grad = torch.ones_like(parameter)
+    optimizer.step()
+    return float((before - parameter.detach()).mean())
+
+
+def test_multigrid_lr_scales_each_step_and_gives_the_lr_back():
+    # Baseline: 20 epochs, LR 0.1 then 0.01 from epoch 10. Multigrid (long cycle only) runs 30
+    # epochs: shapes 0-13 (lr factor 8), 13-19 (4), 19-22 (2), 22-24 (1), then fine-tuning 24-27 at
+    # baseline stage 0 and 27-30 at stage 1. Epochs 0-24 cover baseline 0-8.89 (10/27 per epoch),
+    # 24-27 baseline 8.89-10, 27-30 baseline 10-20.
+    schedule = build_schedule(
+        MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=20, milestones=(10,), short_cycle=False)
+    )
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scheduler = MultiStepLR(optimizer, [10], gamma=0.1)
+    lr = MultigridLR(schedule)
+    lr.attach(optimizer, BaselineLR(optimizer, scheduler))
+
+    lr.set_position(0, 0, 4)  # baseline 0: 0.1 * 8
+    assert lr.effective_lr == pytest.approx(0.8)
+    assert _step_size(optimizer, weight) == pytest.approx(0.8)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1)  # the scheduler's value again
+    lr.set_position(13, 2, 4)  # epoch 13.5 -> baseline 5.0: 0.1 * 4
+    assert _step_size(optimizer, weight) == pytest.approx(0.4)
+    # A group added during training (e.g. by BackboneFinetuning) keeps its own LR, scaled.
+    late = torch.nn.Parameter(torch.zeros(2))
+    optimizer.add_param_group({"params": [late], "lr": 0.05})
+    lr.set_position(14, 0, 4)  # epoch 14 -> baseline 5.19: 0.1 * 4, and 0.05 * 4
+    late.grad = torch.ones_like(late)
+    assert _step_size(optimizer, weight) == pytest.approx(0.4)
+    assert float(-late.detach().mean()) == pytest.approx(0.05 * 4)
+    lr.set_position(28, 0, 4)  # epoch 28 -> baseline 10 + 1 * 10/3: 0.01 * 1
+    assert _step_size(optimizer, weight) == pytest.approx(0.01)
+
+    lr.detach()
+    assert _step_size(optimizer, weight) == pytest.approx(0.1)  # hooks gone: the user's LR
+    assert lr.effective_lr is None
