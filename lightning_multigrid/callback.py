@@ -26,6 +26,7 @@ from torch.optim.lr_scheduler import (
 )
 from typing_extensions import override
 
+from lightning_multigrid._internals import drop_train_loader, sequential_lr_parts
 from lightning_multigrid.lr import BaselineLR, MultigridLR
 from lightning_multigrid.norm import (
     apply_bn_plan,
@@ -231,9 +232,7 @@ class MultigridCallback(Callback):
 
         self._change(trainer, "max_epochs", self.schedule.max_epochs)
         datamodule.attach_schedule(self.schedule)
-        # A train loader built before now (e.g. by `estimated_stepping_batches` in
-        # configure_optimizers) serves the baseline grid; Lightning has no public way to drop it.
-        trainer.fit_loop._combined_loader = None
+        drop_train_loader(trainer)  # one built before now serves the baseline grid
         if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
@@ -529,10 +528,10 @@ def _scheduler_milestones(scheduler: Any, horizon: float, offset: int = 0) -> li
     if isinstance(scheduler, StepLR):
         return list(range(offset + scheduler.step_size, math.ceil(horizon), scheduler.step_size))
     if isinstance(scheduler, SequentialLR):
-        starts = [0, *scheduler._milestones]  # no public accessor
+        schedulers, milestones = sequential_lr_parts(scheduler)
         return [
             m
-            for inner, start in zip(scheduler._schedulers, starts)
+            for inner, start in zip(schedulers, [0, *milestones])
             for m in _scheduler_milestones(inner, horizon, offset + start)
         ]
     return []

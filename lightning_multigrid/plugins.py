@@ -24,6 +24,7 @@ from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
 from torch import nn
 from typing_extensions import override
 
+from lightning_multigrid._internals import layer_sync_of
 from lightning_multigrid.norm import convert_batchnorm, revert_batchnorm
 
 __all__ = ["MultigridBatchNormSync", "check_no_torch_sync_batchnorm"]
@@ -71,10 +72,7 @@ def check_no_torch_sync_batchnorm(trainer: pl.Trainer) -> None:
     Raises:
         ValueError: naming ``sync_batchnorm=True`` and the fix.
     """
-    # Lightning keeps the strategy's layer-sync plugin in a private attribute and offers no
-    # public accessor; reading it is the only way to see what the strategy will apply in setup.
-    layer_sync = getattr(trainer.strategy, "_layer_sync", None)
-    if isinstance(layer_sync, TorchSyncBatchNorm):
+    if isinstance(layer_sync_of(trainer.strategy), TorchSyncBatchNorm):
         raise ValueError(
             "`Trainer(sync_batchnorm=True)` replaces every BatchNorm with torch.nn.SyncBatchNorm, "
             "which syncs over all ranks and overrides the multigrid BatchNorm plan. Remove "

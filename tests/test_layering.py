@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
 # The Lightning layer: the only modules that may import Lightning.
 LIGHTNING_LAYER = {
+    f"{PACKAGE}._internals",
     f"{PACKAGE}.callback",
     f"{PACKAGE}.cli",
     f"{PACKAGE}.data.datamodule",

@@ -1,0 +1,60 @@
+"""The private Lightning and torch attributes the package reads (lightning_multigrid/_internals.py):
+each checked against the installed versions, so a rename upstream fails here."""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
+from torch.optim.lr_scheduler import LinearLR, MultiStepLR, SequentialLR
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_multigrid._internals import drop_train_loader, layer_sync_of, sequential_lr_parts
+
+
+class _Linear(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.loaders_built = 0
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).sum()
+
+    def train_dataloader(self):
+        self.loaders_built += 1
+        return DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_drop_train_loader_makes_the_fit_loop_build_it_again(tmp_path):
+    model = _Linear()
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path, max_epochs=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(model)
+    assert model.loaders_built == 1
+    trainer.fit_loop.setup_data()  # a built loader is kept...
+    assert model.loaders_built == 1
+    drop_train_loader(trainer)
+    trainer.fit_loop.setup_data()  # ...until it is dropped
+    assert model.loaders_built == 2
+
+
+def test_layer_sync_of_sees_sync_batchnorm():
+    # On one device Lightning ignores sync_batchnorm; two DDP processes (not launched here) use it.
+    ddp = {"strategy": "ddp", "accelerator": "cpu", "devices": 2, "logger": False}
+    assert isinstance(layer_sync_of(pl.Trainer(sync_batchnorm=True, **ddp).strategy), TorchSyncBatchNorm)
+    assert layer_sync_of(pl.Trainer(**ddp).strategy) is None
+
+
+def test_sequential_lr_parts():
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    ramp = LinearLR(optimizer, start_factor=0.1, total_iters=3)
+    steps = MultiStepLR(optimizer, [5])
+    schedulers, milestones = sequential_lr_parts(SequentialLR(optimizer, [ramp, steps], milestones=[3]))
+    assert schedulers == [ramp, steps]
+    assert milestones == [3]
