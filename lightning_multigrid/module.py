@@ -169,39 +169,14 @@ class VideoClassifier(pl.LightningModule):
         _check_int("tiny_width", tiny_width, minimum=1)
         if slowfast_alpha is not None:
             _check_int("slowfast_alpha", slowfast_alpha, minimum=1)
-        for name, value in (("lr", lr), ("gamma", gamma)):
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
-        for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
-            if not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"`{name}` must be a number >= 0, got {value!r}.")
-        if nesterov and momentum <= 0:
-            raise ValueError(
-                f"`nesterov=True` needs `momentum` > 0, got momentum={momentum!r}: set a momentum or `nesterov=False`."
-            )
-        if not isinstance(warmup_start_factor, (int, float)) or not 0 < warmup_start_factor <= 1:
-            raise ValueError(f"`warmup_start_factor` must be in (0, 1], got {warmup_start_factor!r}.")
+        _check_sgd(lr, gamma, momentum, weight_decay, nesterov, warmup_start_factor)
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
         self._milestones = _check_milestones(milestones, warmup_epochs)
 
-        if isinstance(backbone, nn.Module):
-            self.save_hyperparameters(ignore=["backbone"])
-            self.backbone = make_multigrid_compatible(backbone)
-        elif isinstance(backbone, str):
-            self.save_hyperparameters()
-            self.backbone = build_backbone(backbone, num_classes, dropout_rate=dropout_rate, tiny_width=tiny_width)
-            default_alpha = TWO_PATHWAY_BACKBONES.get(backbone)
-            if slowfast_alpha is not None and default_alpha is None:
-                raise ValueError(
-                    f"`slowfast_alpha`={slowfast_alpha} is set but `backbone`={backbone!r} has one pathway: "
-                    f"unset `slowfast_alpha`, or choose a two-pathway backbone ({', '.join(TWO_PATHWAY_BACKBONES)})."
-                )
-            slowfast_alpha = slowfast_alpha or default_alpha
-        else:
-            raise TypeError(
-                f"`backbone` must be a name ({', '.join(BACKBONES)}) or an nn.Module, got {type(backbone).__name__}."
-            )
+        # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
+        self.save_hyperparameters(ignore=["backbone"] if isinstance(backbone, nn.Module) else None)
+        self.backbone, slowfast_alpha = _backbone(backbone, num_classes, dropout_rate, tiny_width, slowfast_alpha)
         self.num_classes = num_classes
         self.multi_label = multi_label
         self.slowfast_alpha: int | None = slowfast_alpha
@@ -392,6 +367,43 @@ class VideoClassifier(pl.LightningModule):
             ValueError: naming the grid and the layer, when the backbone cannot take a grid.
         """
         preflight(self.backbone, grids, slowfast_alpha=self.slowfast_alpha, batch_size=batch_size)
+
+
+def _backbone(
+    backbone: str | nn.Module, num_classes: int, dropout_rate: float, tiny_width: int, slowfast_alpha: int | None
+) -> tuple[nn.Module, int | None]:
+    """The multigrid-compatible backbone and its ``slowfast_alpha`` (``None`` for one pathway)."""
+    if isinstance(backbone, nn.Module):
+        return make_multigrid_compatible(backbone), slowfast_alpha
+    if not isinstance(backbone, str):
+        raise TypeError(
+            f"`backbone` must be a name ({', '.join(BACKBONES)}) or an nn.Module, got {type(backbone).__name__}."
+        )
+    model = build_backbone(backbone, num_classes, dropout_rate=dropout_rate, tiny_width=tiny_width)
+    default_alpha = TWO_PATHWAY_BACKBONES.get(backbone)
+    if slowfast_alpha is not None and default_alpha is None:
+        raise ValueError(
+            f"`slowfast_alpha`={slowfast_alpha} is set but `backbone`={backbone!r} has one pathway: "
+            f"unset `slowfast_alpha`, or choose a two-pathway backbone ({', '.join(TWO_PATHWAY_BACKBONES)})."
+        )
+    return model, slowfast_alpha or default_alpha
+
+
+def _check_sgd(
+    lr: float, gamma: float, momentum: float, weight_decay: float, nesterov: bool, warmup_start_factor: float
+) -> None:
+    for name, value in (("lr", lr), ("gamma", gamma)):
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
+        if not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"`{name}` must be a number >= 0, got {value!r}.")
+    if nesterov and momentum <= 0:
+        raise ValueError(
+            f"`nesterov=True` needs `momentum` > 0, got momentum={momentum!r}: set a momentum or `nesterov=False`."
+        )
+    if not isinstance(warmup_start_factor, (int, float)) or not 0 < warmup_start_factor <= 1:
+        raise ValueError(f"`warmup_start_factor` must be in (0, 1], got {warmup_start_factor!r}.")
 
 
 def _multi_hot(labels: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from torch import nn
 from torchvision.models import video as tv_video
@@ -138,25 +138,25 @@ def _head_pool_slots(model: nn.Module) -> Iterable[tuple[str, nn.Module, str]]:
         if isinstance(parent, pool_concat_pathway):
             # The per-pathway pools live in a ModuleList (entries may be None).
             if isinstance(parent.pool, nn.ModuleList):
-                for key, pool in parent.pool.named_children():
-                    if isinstance(pool, _FIXED_POOLS):
-                        yield _join(parent_name, "pool"), parent.pool, key
-            continue
-        if isinstance(parent, pool_heads):
+                pools = parent.pool
+                yield from ((_join(parent_name, "pool"), pools, key) for key in _fixed_pools(pools, lambda _: True))
+        elif isinstance(parent, pool_heads):
             # X3D's ResNetBasicHead holds a ProjectedPool as `pool`, which is not a fixed pool
             # itself; its inner `pool` is found when the walk reaches the ProjectedPool.
-            if isinstance(getattr(parent, "pool", None), _FIXED_POOLS):
-                yield parent_name, parent, "pool"
-            continue
-        if isinstance(parent, tv_video.S3D):
+            yield from ((parent_name, parent, key) for key in _fixed_pools(parent, lambda key: key == "pool"))
+        elif isinstance(parent, tv_video.S3D):
             # S3D pools with (2, 7, 7), then a 1x1x1 conv classifier and a mean.
-            if isinstance(parent.avgpool, _FIXED_POOLS):
-                yield parent_name, parent, "avgpool"
-            continue
-        children = list(parent.named_children())
-        for i, (key, child) in enumerate(children):
-            if isinstance(child, _FIXED_POOLS) and _feeds_classifier(m for _, m in children[i + 1 :]):
-                yield parent_name, parent, key
+            yield from ((parent_name, parent, key) for key in _fixed_pools(parent, lambda key: key == "avgpool"))
+        else:
+            children = list(parent.named_children())
+            for i, (key, child) in enumerate(children):
+                if isinstance(child, _FIXED_POOLS) and _feeds_classifier(m for _, m in children[i + 1 :]):
+                    yield parent_name, parent, key
+
+
+def _fixed_pools(container: nn.Module, wanted: Callable[[str], bool]) -> list[str]:
+    """Keys of ``container``'s direct children that are fixed pools and ``wanted``."""
+    return [key for key, child in container.named_children() if wanted(key) and isinstance(child, _FIXED_POOLS)]
 
 
 def _feeds_classifier(following: Iterable[nn.Module]) -> bool:

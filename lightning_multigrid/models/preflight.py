@@ -75,20 +75,8 @@ def preflight(
     shapes = _distinct_shapes(grids)
     check_positive_int("num_channels", num_channels)
     check_positive_int("batch_size", batch_size)
-    if slowfast_alpha is not None and (
-        isinstance(slowfast_alpha, bool) or not isinstance(slowfast_alpha, int) or slowfast_alpha <= 0
-    ):
-        raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
     if slowfast_alpha is not None:
-        for num_frames, crop_size in shapes:
-            if num_frames // slowfast_alpha < 1:
-                raise ValueError(
-                    f"Grid {num_frames}x{crop_size} (frames x crop) is too short for the slow pathway: "
-                    f"{num_frames} frames // `slowfast_alpha`={slowfast_alpha} = 0 slow frames. Give the "
-                    f"coarsest grid at least {slowfast_alpha} frames (raise the base `num_frames` or the "
-                    "smallest long-cycle t_factor) or lower `slowfast_alpha`."
-                )
-
+        _check_slow_pathway(shapes, slowfast_alpha)
     fixed = find_fixed_head_pools(model)
     if fixed:
         warnings.warn(
@@ -111,7 +99,7 @@ def preflight(
         handles.append(module.register_forward_pre_hook(_enter_hook(entered, name, module)))
         handles.append(module.register_forward_hook(_leave_hook(entered, module)))
     modes = {module: module.training for module in model.modules()}
-    first_output: tuple[tuple[int, int], tuple[int, ...]] | None = None
+    first: tuple[tuple[int, int], tuple[int, ...]] | None = None
     try:
         model.eval()
         for num_frames, crop_size in shapes:
@@ -119,46 +107,77 @@ def preflight(
             inputs: torch.Tensor | list[torch.Tensor] = (
                 clip if slowfast_alpha is None else [clip[:, :, ::slowfast_alpha], clip]
             )
-            described = _describe(inputs)
-            entered.clear()
-            try:
-                with torch.no_grad():
-                    output = model(inputs)
-            except Exception as error:  # noqa: BLE001 - re-raised with the layer and shape named
-                layer, module = entered[-1] if entered else ("", model)
-                where = f"layer `{layer}` ({type(module).__name__})" if layer else f"the model ({type(module).__name__})"
-                raise ValueError(
-                    f"The model cannot take grid {num_frames}x{crop_size} (frames x crop): input {described} "
-                    f"failed in {where}: {error}. Make that layer shape-agnostic (adaptive pooling "
-                    "instead of a fixed kernel or a fixed-size Linear; `make_multigrid_compatible` does "
-                    "this for pytorchvideo heads), or change the schedule so this grid is not used."
-                ) from error
-            if not isinstance(output, torch.Tensor):
-                raise ValueError(
-                    f"Preflight expects the model to return a tensor, got {type(output).__name__} for "
-                    f"input {described}."
-                )
-            shape = tuple(output.shape)
-            if not shape or shape[0] != batch_size:
-                raise ValueError(
-                    f"The model's output {shape} for input {described} does not keep the batch of "
-                    f"{batch_size} clips in dimension 0."
-                )
-            if first_output is None:
-                first_output = ((num_frames, crop_size), shape)
-            elif shape[1:] != first_output[1][1:]:
-                (t0, s0), shape0 = first_output
-                raise ValueError(
-                    f"The model's output shape changes with the grid: {shape} at {num_frames}x{crop_size} "
-                    f"but {shape0} at {t0}x{s0} (frames x crop). A layer depends on the input size "
-                    "(fixed-size pooling without a global average?); make it adaptive, e.g. with "
-                    "`make_multigrid_compatible`."
-                )
+            shape = _output_shape(model, inputs, (num_frames, crop_size), entered)
+            first = first or ((num_frames, crop_size), shape)
+            _check_output(shape, batch_size, _describe(inputs), (num_frames, crop_size), first)
     finally:
         for handle in handles:
             handle.remove()
         for module, training in modes.items():
             module.training = training
+
+
+def _check_slow_pathway(shapes: list[tuple[int, int]], slowfast_alpha: int) -> None:
+    check_positive_int("slowfast_alpha", slowfast_alpha)
+    for num_frames, crop_size in shapes:
+        if num_frames // slowfast_alpha < 1:
+            raise ValueError(
+                f"Grid {num_frames}x{crop_size} (frames x crop) is too short for the slow pathway: "
+                f"{num_frames} frames // `slowfast_alpha`={slowfast_alpha} = 0 slow frames. Give the "
+                f"coarsest grid at least {slowfast_alpha} frames (raise the base `num_frames` or the "
+                "smallest long-cycle t_factor) or lower `slowfast_alpha`."
+            )
+
+
+def _output_shape(
+    model: nn.Module,
+    inputs: torch.Tensor | list[torch.Tensor],
+    grid: tuple[int, int],
+    entered: list[tuple[str, nn.Module]],
+) -> tuple[int, ...]:
+    """The shape of ``model(inputs)``; a failure is re-raised naming the grid and the layer."""
+    entered.clear()
+    try:
+        with torch.no_grad():
+            output = model(inputs)
+    except Exception as error:  # noqa: BLE001 - re-raised with the layer and shape named
+        layer, module = entered[-1] if entered else ("", model)
+        where = f"layer `{layer}` ({type(module).__name__})" if layer else f"the model ({type(module).__name__})"
+        raise ValueError(
+            f"The model cannot take grid {grid[0]}x{grid[1]} (frames x crop): input {_describe(inputs)} "
+            f"failed in {where}: {error}. Make that layer shape-agnostic (adaptive pooling "
+            "instead of a fixed kernel or a fixed-size Linear; `make_multigrid_compatible` does "
+            "this for pytorchvideo heads), or change the schedule so this grid is not used."
+        ) from error
+    if not isinstance(output, torch.Tensor):
+        raise ValueError(
+            f"Preflight expects the model to return a tensor, got {type(output).__name__} for "
+            f"input {_describe(inputs)}."
+        )
+    return tuple(output.shape)
+
+
+def _check_output(
+    shape: tuple[int, ...],
+    batch_size: int,
+    described: str,
+    grid: tuple[int, int],
+    first: tuple[tuple[int, int], tuple[int, ...]],
+) -> None:
+    """The output keeps the batch in dimension 0 and has the first grid's shape otherwise."""
+    if not shape or shape[0] != batch_size:
+        raise ValueError(
+            f"The model's output {shape} for input {described} does not keep the batch of "
+            f"{batch_size} clips in dimension 0."
+        )
+    (t0, s0), shape0 = first
+    if shape[1:] != shape0[1:]:
+        raise ValueError(
+            f"The model's output shape changes with the grid: {shape} at {grid[0]}x{grid[1]} "
+            f"but {shape0} at {t0}x{s0} (frames x crop). A layer depends on the input size "
+            "(fixed-size pooling without a global average?); make it adaptive, e.g. with "
+            "`make_multigrid_compatible`."
+        )
 
 
 def _distinct_shapes(grids: Iterable[_Grid]) -> list[tuple[int, int]]:
