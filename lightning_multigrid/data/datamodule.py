@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler, Sequential
 from typing_extensions import override
 
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
+from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
@@ -54,8 +55,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     """Video classification data for multigrid (or baseline) training.
 
     Data comes from ``path label`` manifests (Kinetics / PySlowFast format; see
-    :mod:`lightning_multigrid.data.manifest`), or from the built-in synthetic dataset generated
-    into ``synthetic_dir``. Batches are dicts::
+    :mod:`lightning_multigrid.data.manifest`), from frame datasets (a folder of JPEG frames per
+    video: ``folder label [num_frames]`` lines or PySlowFast's frame-list CSV, see
+    :mod:`lightning_multigrid.data.frame_manifest`; recognised by their content), or from the
+    built-in synthetic dataset generated into ``synthetic_dir``. Batches are dicts::
 
         {"video": uint8 (N, 3, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
          "index": int64 (N,), "skipped": list of paths}        # + "view": int64 (N,) in val/test
@@ -95,6 +98,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: seed of the training shuffle and of every clip's random draws.
         mean: per-channel RGB mean of ``[0, 1]`` video for normalisation.
         std: per-channel RGB standard deviation for normalisation.
+        frame_decode: frame datasets only: ``"workers"`` decodes JPEGs in the DataLoader workers
+            (at reduced size where the grid allows); ``"device"`` has workers read only the bytes
+            and decodes, resizes, crops and flips each batch on the training device after the
+            transfer (nvjpeg on a GPU), with the same clip parameters.
 
     Raises:
         ValueError: on out-of-range sizes or conflicting data arguments (naming them).
@@ -127,8 +134,11 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: int = 0,
         mean: tuple[float, float, float] = DEFAULT_MEAN,
         std: tuple[float, float, float] = DEFAULT_STD,
+        frame_decode: Literal["workers", "device"] = "workers",
     ) -> None:
         super().__init__()
+        if frame_decode not in ("workers", "device"):
+            raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
         for name, value, low in (
             ("batch_size", batch_size, 1),
             ("num_frames", num_frames, 1),
@@ -196,6 +206,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.seed = seed
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
+        self.frame_decode = frame_decode
         self.save_hyperparameters()
 
         self._schedule: MultigridSchedule | None = None
@@ -318,6 +329,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     strict=self.strict,
                     slowfast_alpha=self.slowfast_alpha,
                     metadata_file=self.metadata_file,
+                    return_encoded=self.frame_decode == "device",
                 )
             if self._val_path() is not None and self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self._val_path())
@@ -397,15 +409,25 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count skipped videos and turn ``batch["video"]`` into normalised float on the device.
 
-        uint8 video becomes ``(video / 255 - mean) / std`` in float32, for a tensor
+        JPEG clips (``frame_decode="device"``) are first decoded on the device
+        (:meth:`decode_on_device`). uint8 video becomes ``(video / 255 - mean) / std`` in float32, for a tensor
         ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list; the ``"skipped"`` paths are added to
         :attr:`skipped_video_paths` and left in the batch.
         """
         if isinstance(batch, dict):
             self._collect_skipped(batch.get("skipped"))
+            if isinstance(batch.get("video"), EncodedBatch):
+                batch["video"] = self.decode_on_device(batch["video"], batch["label"].device)
             if "video" in batch:
                 batch["video"] = normalize_video(batch["video"], self.mean, self.std)
         return batch
+
+    def decode_on_device(self, encoded: EncodedBatch, device: torch.device) -> torch.Tensor | list[torch.Tensor]:
+        """Decode a batch of JPEG clips on ``device``: uint8 ``(N, 3, T, S, S)`` or ``[slow, fast]``."""
+        video = decode_clips(encoded, device)
+        if self.slowfast_alpha is not None:
+            return [video[:, :, :: self.slowfast_alpha], video]  # as slowfast_pathways, batched
+        return video
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -478,6 +500,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             strict=self.strict,
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
+            return_encoded=self.frame_decode == "device",
         )
 
     def _baseline_schedule(self) -> MultigridSchedule:

@@ -46,22 +46,28 @@ FRAME_CSV_HEADER: tuple[str, ...] = ("original_vido_id", "video_id", "frame_id",
 def is_frame_manifest(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> bool:
     """Whether a manifest file lists frame folders (or is a frame-list CSV) rather than video files.
 
-    Decided from the first line that is not blank or a comment: PySlowFast's header, or a first
-    field that is an existing directory under the root.
+    Decided from the first lines that are not blank or comments: PySlowFast's header on the
+    first, or a first field that is an existing directory under the root on any of the first 20
+    (so a few missing folders at the top do not turn the dataset into a list of bad videos).
     """
     file = Path(path)
     if not file.is_file():
         return False
     base = Path(root) if root is not None else file.parent
+    seen = 0
     with file.open(encoding="utf-8") as lines:
         for raw in lines:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
             fields = line.split()
-            if tuple(fields[:5]) == FRAME_CSV_HEADER:
+            if seen == 0 and tuple(fields[:5]) == FRAME_CSV_HEADER:
                 return True
-            return (base / fields[0]).is_dir()
+            if (base / fields[0]).is_dir():
+                return True
+            seen += 1
+            if seen == 20:
+                break
     return False
 
 
