@@ -254,3 +254,17 @@ class FrameFactory:
 def frames(tmp_path: Path) -> FrameFactory:
     """Frame folders (real JPEGs) and broken ones in this test's ``tmp_path``."""
     return FrameFactory(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def synthetic_frames(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``synthetic_dataset`` extracted to a frame dataset: ``(train manifest, val manifest)``. Read-only."""
+    from lightning_multigrid.data.extract import extract_frames
+    from lightning_multigrid.data.manifest import load_manifest
+
+    out = tmp_path_factory.mktemp("synthetic_frames")
+    manifests = []
+    for source in (synthetic_dataset.train_manifest, synthetic_dataset.val_manifest):
+        manifest = load_manifest(source, class_names=synthetic_dataset.class_names_file)
+        manifests.append(extract_frames(manifest, out, workers=1, progress=False).manifest)
+    return manifests[0], manifests[1]

@@ -2,7 +2,7 @@
 
 Each video becomes a folder of JPEG frames ``img_00001.jpg, img_00002.jpg, ...`` (mmaction2's
 rawframes naming), at the same relative place under the output directory as the video under the
-dataset's common root, without its extension. Videos are decoded with PyAV in parallel
+manifest's directory, without its extension. Videos are decoded with PyAV in parallel
 processes, optionally resized (short side) and resampled in time (fps). A folder is finished when
 its ``.done`` file (holding the frame count) exists: an interrupted run picks up where it stopped,
 redoing only unfinished folders. Videos that cannot be decoded are reported as ``check-data``
@@ -154,7 +154,7 @@ def extract_frames(
         raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    folders = _folders_for(manifest.entries, out)
+    folders = _folders_for(manifest, out)
     done: dict[str, int] = {}
     jobs = []
     for entry, folder in zip(manifest.entries, folders):
@@ -213,10 +213,15 @@ def _finished_count(folder: str) -> int | None:
         return None
 
 
-def _folders_for(entries: tuple[VideoEntry, ...], out: Path) -> list[str]:
-    """One folder per video: its path under the videos' common directory, extension dropped."""
+def _folders_for(manifest: Manifest, out: Path) -> list[str]:
+    """One folder per video: its path under the manifest's directory (else the videos' common
+    directory), extension dropped, so train and val manifests beside each other keep apart."""
+    entries = manifest.entries
     parents = [os.path.dirname(os.path.abspath(e.path)) for e in entries]
-    base = os.path.commonpath(parents) if parents else ""
+    source = Path(manifest.source)
+    base = os.path.abspath(source if source.is_dir() else source.parent)
+    if not all(os.path.commonpath([base, p]) == base for p in parents):
+        base = os.path.commonpath(parents)
     folders = []
     for entry in entries:
         relative = os.path.splitext(os.path.relpath(os.path.abspath(entry.path), base))[0]
