@@ -34,7 +34,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lightning_multigrid.data.decode import Interpolation, MetadataCache, VideoDecodeError, VideoReader
+from lightning_multigrid.data.decode import (
+    Interpolation,
+    MetadataCache,
+    VideoDecodeError,
+    VideoReader,
+    decoder_threads_per_worker,
+)
 from lightning_multigrid.data.device_decode import EncodedBatch
 from lightning_multigrid.data.frames import EncodedClip, FrameFolder, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import Manifest, load_manifest
@@ -92,6 +98,7 @@ class _VideoDataset:
         self.metadata = MetadataCache(metadata_file)
         self.return_encoded = return_encoded
         self._folders: dict[str, FrameFolder] = {}  # frame datasets: listed folders, per process
+        self._threads: tuple[int, int] | None = None  # (process id, decoder threads)
         self._failed: dict[str, str] = {}
 
     @property
@@ -137,7 +144,10 @@ class _VideoDataset:
             params: ClipParams = draw(folder)
             return read_encoded_clip(folder, params) if self.return_encoded else read_clip(folder, params)
         metadata = self.metadata.get(path)
-        with VideoReader(path, metadata, self.interpolation) as video:
+        if self._threads is None or self._threads[0] != os.getpid():
+            # Decided in the process that decodes: a worker inherits the main process's copy.
+            self._threads = (os.getpid(), decoder_threads_per_worker())
+        with VideoReader(path, metadata, self.interpolation, self._threads[1]) as video:
             if metadata is None:
                 self.metadata.put(path, video.metadata)
             return video.read(draw(video.metadata))

@@ -44,6 +44,7 @@ from lightning_multigrid.data.sampling import ClipParams
 
 __all__ = [
     "FrameTimestamps",
+    "decoder_threads_per_worker",
     "MetadataCache",
     "VideoDecodeError",
     "VideoMetadata",
@@ -232,6 +233,9 @@ class VideoReader:
         metadata: the video's metadata if already known (skips the probe).
         interpolation: swscale filter for the resize; bilinear in swscale widens its filter
             when shrinking, so it does not alias.
+        threads: decoder threads (frame and slice threading above 1). DataLoader workers
+            already decode in parallel, so each should take its share of the cores, not all of
+            them (:func:`decoder_threads_per_worker`).
 
     Raises:
         VideoDecodeError: when the file is missing, empty, not a video, has no video stream or
@@ -239,8 +243,14 @@ class VideoReader:
     """
 
     def __init__(
-        self, path: str, metadata: VideoMetadata | None = None, interpolation: Interpolation = "BILINEAR"
+        self,
+        path: str,
+        metadata: VideoMetadata | None = None,
+        interpolation: Interpolation = "BILINEAR",
+        threads: int = 1,
     ) -> None:
+        if threads < 1:
+            raise ValueError(f"`threads` must be >= 1, got {threads!r}.")
         self.path = str(path)
         self.interpolation = interpolation
         if not os.path.exists(self.path):
@@ -259,6 +269,9 @@ class VideoReader:
                 kinds = sorted(str(s.type) for s in self._container.streams)
                 raise VideoDecodeError(self.path, f"no video stream (streams: {', '.join(kinds) or 'none'})")
             self._stream = self._container.streams.video[0]
+            # FFmpeg's default (slice threads, one per core) gives each of N workers all the cores.
+            self._stream.thread_type = "AUTO" if threads > 1 else "SLICE"
+            self._stream.codec_context.thread_count = threads
             self.metadata = metadata if metadata is not None else self._probe()
         except BaseException:
             self._container.close()
@@ -439,6 +452,15 @@ class VideoReader:
             timestamps=timestamps,
             keyframe_pts=tuple(sorted(keyframes)),
         )
+
+
+def decoder_threads_per_worker() -> int:
+    """This process's share of the cores: ``cores // DataLoader workers`` in a worker, else all cores."""
+    from torch.utils.data import get_worker_info
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    info = get_worker_info()
+    return max(1, cores // info.num_workers) if info is not None else max(1, cores)
 
 
 def probe_video(path: str | os.PathLike[str]) -> VideoMetadata:
