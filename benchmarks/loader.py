@@ -24,6 +24,12 @@ Run::
     python benchmarks/loader.py                           # about 2 minutes on 2 cores
     python benchmarks/loader.py --kinetics --json out.json  # + 340x256, 10 s, 30 fps, GOP 250 and 12
     python benchmarks/loader.py --pytorchvideo            # + pytorchvideo's PyAV path, base and coarsest
+    python benchmarks/loader.py --chunking --formats mp4  # whole batches vs worker chunks (ChunkedDataLoader)
+
+``--chunking`` times, instead, short epochs of the coarse grids from a fresh loader (worker start-up
+included, as at the start of every epoch): the first batch's wait and the epoch's clips/s, with a
+plain DataLoader (a batch per worker) and with ``ChunkedDataLoader`` (each batch cut into chunks
+of at least 8 clips, one per worker, joined in the main process).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.extract import extract_frames
+from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.data.synthetic import write_video
@@ -229,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grids", default=None, help="only these grids, comma-separated: base, coarsest, long (default: all)")
     parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--chunking", action="store_true", help="compare whole batches with worker chunks instead")
     args = parser.parse_args(argv)
 
     schedule = build_schedule(
@@ -287,6 +295,9 @@ def main(argv: list[str] | None = None) -> None:
                     del loader
                     best[k] = max(best.get(k, 0.0), rate)
                     print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s", file=sys.stderr)
+            if args.chunking:
+                compare_chunking(source, datasets, grids, args)
+                continue
             for k, (fmt, decode, dataset, grid) in enumerate(cases):
                 shape = grid.shape
                 rows.append({
@@ -295,10 +306,39 @@ def main(argv: list[str] | None = None) -> None:
                     "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
                 })
 
+    if args.chunking:
+        return
     print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))
         print(f"wrote {args.json}", file=sys.stderr)
+
+
+def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], args: argparse.Namespace) -> None:
+    """First-batch wait and clips/s of a short epoch from a fresh loader, whole batches vs chunks."""
+    for (fmt, decode, dataset), grid in itertools.product(datasets, grids):
+        if grid.shape.batch_size < 4 * 8 or decode != "cpu":
+            continue  # chunks of at least 8 clips: only the coarse grids' big batches are cut
+        batches = list(itertools.islice(requests_for(grid, args.videos, seed=0), 2 * args.workers + 1))
+        for _ in range(args.repeat):
+            for kind in ("whole", "chunks"):
+                if kind == "whole":
+                    loader: DataLoader[Any] = DataLoader(dataset, batch_sampler=batches, collate_fn=collate_clips,
+                                                         num_workers=args.workers)
+                else:
+                    loader = ChunkedDataLoader(dataset, batch_sampler=batches, min_chunk_size=8,
+                                               num_workers=args.workers, collate_fn=collate_clips)
+                start = time.perf_counter()
+                first = clips = 0.0
+                for batch in loader:
+                    clips += consume(batch, None)
+                    first = first or time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                print(
+                    f"{source.name} {fmt} {grid.name} ({len(batches)} batches of {grid.shape.batch_size}, "
+                    f"{args.workers} workers), {kind}: first batch {first:.2f} s, epoch {elapsed:.2f} s, "
+                    f"{clips / elapsed:.0f} clips/s"
+                )
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
