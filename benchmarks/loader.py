@@ -343,7 +343,7 @@ def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], arg
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print()
-    print(f"| source | format | decode | grid | batch x frames x crop | clips/s |")
+    print("| source | format | decode | grid | batch x frames x crop | clips/s |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         name = row["format"] + (" (pytorchvideo)" if row["loader"] == "pytorchvideo" else "")

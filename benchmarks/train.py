@@ -51,12 +51,12 @@ import torch
 import torch.nn.functional as F
 
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decode import VideoReader
 from lightning_multigrid.data.extract import extract_frames
 from lightning_multigrid.data.manifest import load_manifest
-from lightning_multigrid.data.sampling import ClipParams
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.module import VideoClassifier
 

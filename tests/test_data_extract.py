@@ -10,11 +10,11 @@ import torch
 from conftest import VideoFactory
 
 from lightning_multigrid.cli import main
+from lightning_multigrid.data.clip_params import eval_clip_params
 from lightning_multigrid.data.extract import DONE_FILE, extract_frames, extract_video
 from lightning_multigrid.data.frame_manifest import read_frame_manifest
 from lightning_multigrid.data.frames import open_frame_folder, read_clip
 from lightning_multigrid.data.manifest import VideoEntry, load_manifest
-from lightning_multigrid.data.sampling import eval_clip_params
 
 
 def jpegs(folder: Path) -> list[str]:

@@ -11,6 +11,7 @@ from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFac
 from PIL import Image
 
 from lightning_multigrid.data.check import check_videos, format_report
+from lightning_multigrid.data.clip_params import eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
@@ -18,7 +19,6 @@ from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_fram
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import ManifestError, VideoEntry, load_manifest
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampling import eval_clip_params, sample_clip_params
 
 
 def request(index: int = 0, num_frames: int = 8, crop: int = 32, scales: tuple[int, int] = (40, 48), seed: int = 0,

@@ -21,9 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_multigrid.data.decode import MetadataCache, VideoDecodeError, VideoMetadata, VideoReader
-from lightning_multigrid.data.frames import FrameFolder, check_frame_folder
+from lightning_multigrid.data.decode import VideoDecodeError, VideoReader
+from lightning_multigrid.data.frames import check_frame_folder
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
+from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
 
 __all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
 
@@ -102,10 +103,11 @@ def check_videos(manifest: Manifest | Sequence[str], workers: int | None = None,
     items: list[Any]
     check: Callable[[Any], VideoCheck]
     if isinstance(manifest, Manifest) and manifest.format == "frames":
-        items, check = list(manifest.entries), check_frames
+        items = list(manifest.entries)
+        check = check_frames
     else:
-        paths = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
-        items, check = paths, check_video
+        items = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
+        check = check_video
     processes = min((os.cpu_count() or 1) if workers is None else workers, len(items))
     bar = tqdm(total=len(items), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
     results: list[VideoCheck] = []
@@ -131,11 +133,11 @@ def format_report(report: CheckReport) -> str:
     total = len(report.results)
     if folders:
         lines.append(f"{len(folders)} of {total} frame folders decode, {total - len(folders)} fail.")
-        sizes = sorted(folders, key=lambda f: (f.width * f.height, f.width))
+        by_size = sorted(folders, key=lambda f: (f.width * f.height, f.width))
         lines += [
             f"frames          {sum(f.num_frames for f in folders)} in all, "
             f"{min(f.num_frames for f in folders)}-{max(f.num_frames for f in folders)} per video",
-            f"resolution      {sizes[0].width}x{sizes[0].height} to {sizes[-1].width}x{sizes[-1].height}",
+            f"resolution      {by_size[0].width}x{by_size[0].height} to {by_size[-1].width}x{by_size[-1].height}",
         ]
         return "\n".join(lines)
     lines.append(f"{len(good)} of {total} videos decode, {total - len(good)} fail.")

@@ -34,18 +34,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lightning_multigrid.data.decode import (
-    Interpolation,
-    MetadataCache,
-    VideoDecodeError,
-    VideoReader,
-    decoder_threads_per_worker,
-)
+from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
+from lightning_multigrid.data.decode import Interpolation, VideoDecodeError, VideoReader, decoder_threads_per_worker
 from lightning_multigrid.data.device_decode import EncodedBatch
-from lightning_multigrid.data.frames import EncodedClip, FrameFolder, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import Manifest, load_manifest
+from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampling import ClipParams, eval_clip_params, sample_clip_params
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
 

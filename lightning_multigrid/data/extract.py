@@ -26,10 +26,10 @@ from pathlib import Path
 import av
 
 from lightning_multigrid.data.check import VideoCheck
+from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, _describe
 from lightning_multigrid.data.frame_manifest import write_frame_manifest
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
-from lightning_multigrid.data.sampling import resized_size
 
 __all__ = ["DONE_FILE", "ExtractReport", "extract_frames", "extract_video"]
 

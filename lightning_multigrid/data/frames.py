@@ -22,15 +22,16 @@ from __future__ import annotations
 import io
 import os
 import re
-from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.manifest import VideoEntry
-from lightning_multigrid.data.sampling import ClipParams
+from lightning_multigrid.data.metadata import FrameFolder
 
 __all__ = [
     "JPEG_EXTENSIONS",
@@ -47,38 +48,6 @@ JPEG_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg")
 # PIL raises these for files that are not images, truncated or damaged.
 _IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
-
-
-@dataclass(frozen=True, slots=True)
-class FrameFolder:
-    """A video stored as JPEG frames: where the frames are and their size (no pixel decoded).
-
-    The frame names are kept as a pattern (``prefix + zero-padded number + suffix``) when they
-    follow one, as extracted frames do, so a per-process cache of a whole dataset stays small;
-    otherwise as an explicit list.
-
-    Attributes:
-        path: the folder (for messages and caches).
-        width: frame width in pixels.
-        height: frame height in pixels.
-        num_frames: frames in the video.
-    """
-
-    path: str
-    width: int
-    height: int
-    num_frames: int
-    pattern: tuple[str, int, int, str] | None = None  # prefix, minimum digits, first number, suffix
-    names: tuple[str, ...] = ()  # full paths when there is no pattern
-
-    def frame_path(self, index: int) -> str:
-        """The file of 0-based frame ``index``."""
-        if not 0 <= index < self.num_frames:
-            raise IndexError(f"frame {index} out of range for the {self.num_frames} frames of {self.path}")
-        if self.pattern is None:
-            return self.names[index]
-        prefix, digits, first, suffix = self.pattern
-        return os.path.join(self.path, f"{prefix}{first + index:0{digits}d}{suffix}")
 
 
 def open_frame_folder(entry: VideoEntry) -> FrameFolder:
@@ -248,7 +217,7 @@ def _jpeg_size(path: str, folder: str) -> tuple[int, int]:
         raise VideoDecodeError(folder, f"frame {path} cannot be read ({_describe(error)})") from None
 
 
-def _jpeg_size_of(file: io.BufferedIOBase | io.BytesIO, path: str, folder: str) -> tuple[int, int]:
+def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
     """The size from the JPEG header (PIL reads the header only); a non-JPEG raises."""
     try:
         with Image.open(file) as image:

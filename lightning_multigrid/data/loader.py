@@ -121,7 +121,7 @@ class ChunkedDataLoader(DataLoader):
             batch_size=batch_size,
             shuffle=shuffle,
             sampler=sampler,
-            batch_sampler=batch_sampler,  # type: ignore[arg-type]
+            batch_sampler=batch_sampler,
             num_workers=num_workers,
             collate_fn=collate_fn,
             pin_memory=pin_memory,
