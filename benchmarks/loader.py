@@ -275,7 +275,13 @@ def main(argv: list[str] | None = None) -> None:
             if "frames" in formats:
                 started = time.perf_counter()
                 report = extract_frames(load_manifest(manifest), Path(tmp) / f"frames{number}", workers=args.workers, progress=False)
-                print(f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+                mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
+                jpeg_bytes = sum(p.stat().st_size for p in report.manifest.parent.rglob("*.jpg"))
+                print(
+                    f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s; frames take "
+                    f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
+                    file=sys.stderr,
+                )
                 for decode in decodes:
                     datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
             cases = [

@@ -399,14 +399,26 @@ def test_frame_decode_on_device_needs_a_frame_dataset(synthetic_dataset: Synthet
         MultigridVideoDataModule(train_manifest="x", frame_decode="gpu")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("frame_decode", "num_workers"), [("workers", 2), ("device", 0)])
-def test_trainer_fit_on_a_frame_dataset(synthetic_frames: tuple[Path, Path], frame_decode: str, num_workers: int) -> None:
+@pytest.mark.parametrize(
+    ("frame_decode", "num_workers", "accelerator"),
+    [
+        ("workers", 2, "cpu"),
+        ("device", 2, "cpu"),  # big batches cut into worker chunks, JPEG clips joined, decoded on the CPU
+        pytest.param(
+            "device", 2, "gpu",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_trainer_fit_on_a_frame_dataset(
+    synthetic_frames: tuple[Path, Path], frame_decode: str, num_workers: int, accelerator: str
+) -> None:
     schedule = make_schedule(max_epochs=3)
     datamodule = frame_datamodule(synthetic_frames, frame_decode=frame_decode, num_workers=num_workers, flip=False)
     datamodule.attach_schedule(schedule)
     model = TinyVideoNet()
     trainer = pl.Trainer(
-        max_epochs=2, accelerator="cpu", limit_train_batches=3, limit_val_batches=1, num_sanity_val_steps=0,
+        max_epochs=2, accelerator=accelerator, devices=1, limit_train_batches=3, limit_val_batches=1, num_sanity_val_steps=0,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         reload_dataloaders_every_n_epochs=1,
     )
