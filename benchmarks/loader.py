@@ -17,7 +17,9 @@ the coarsest/base ratio and frames/mp4 at the base grid.
 
 A row runs until ``--seconds`` have passed and ``3 * --workers`` batches have come after the first
 ``--workers`` batches (worker start-up and the first prefetch are not timed); every row is measured ``--repeat`` times, round robin, and
-the best kept, since other load on a shared machine only ever slows a row down.
+the best kept, since other load on a shared machine only ever slows a row down. Beside clips/s it
+prints clips per CPU-second (main process and workers together, from ``/proc``), which other load
+does not move.
 
 Run::
 
@@ -38,6 +40,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import random
 import sys
 import tempfile
@@ -151,15 +154,21 @@ def requests_for(grid: Grid, num_videos: int, seed: int) -> Iterator[list[ClipRe
         ]
 
 
-def clips_per_second(loader: DataLoader[Any], warmup_batches: int, seconds: float, device: str | None) -> float:
+def clips_per_second(
+    loader: DataLoader[Any], warmup_batches: int, seconds: float, device: str | None
+) -> tuple[float, float | None]:
     """Clips/s after ``warmup_batches``, over at least ``seconds`` and ``3 * warmup_batches`` batches.
 
     Several batches per worker, so the batches already prefetched when the clock starts do not
-    inflate the rate of grids with big batches.
+    inflate the rate of grids with big batches. Also returns clips per CPU-second of the main
+    process and the workers together (Linux; ``None`` elsewhere): unlike clips/s, it does not
+    move with other load on a shared machine.
     """
     batches = iter(loader)
     for _ in range(warmup_batches):
         consume(next(batches), device)
+    pids = [os.getpid(), *(w.pid for w in getattr(batches, "_workers", ()))]
+    cpu_start = cpu_seconds(pids)
     start = time.perf_counter()
     clips = count = 0
     while True:
@@ -167,7 +176,21 @@ def clips_per_second(loader: DataLoader[Any], warmup_batches: int, seconds: floa
         count += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and count >= max(2, 3 * warmup_batches):
-            return clips / elapsed
+            cpu_end = cpu_seconds(pids)
+            per_cpu = clips / (cpu_end - cpu_start) if cpu_start is not None and cpu_end is not None else None
+            return clips / elapsed, per_cpu
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User + system CPU seconds of the processes so far, from ``/proc``; ``None`` without it."""
+    total = 0
+    try:
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def consume(batch: dict[str, Any], device: str | None) -> int:
@@ -284,23 +307,28 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 for decode in decodes:
                     datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
+            # Grid by grid, so the formats compared at one grid are measured close in time.
             cases = [
                 (fmt, decode, dataset, grid)
-                for (fmt, decode, dataset), grid in itertools.product(datasets, grids)
+                for grid, (fmt, decode, dataset) in itertools.product(grids, datasets)
                 if fmt != "mp4 pytorchvideo" or grid.name in ("base", "coarsest")
             ]
             best: dict[int, float] = {}
+            best_cpu: dict[int, float] = {}
             # Round robin, best of --repeat: other load on a shared machine only ever slows a row down.
             for _ in range(args.repeat):
                 for k, (fmt, decode, dataset, grid) in enumerate(cases):
                     loader = DataLoader(
-                        dataset, batch_sampler=requests_for(grid, args.videos, seed=number),  # type: ignore[arg-type]
+                        dataset, batch_sampler=requests_for(grid, args.videos, seed=number),
                         collate_fn=collate_clips, num_workers=args.workers,
                     )
-                    rate = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
+                    rate, per_cpu = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
                     del loader
                     best[k] = max(best.get(k, 0.0), rate)
-                    print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s", file=sys.stderr)
+                    if per_cpu is not None:
+                        best_cpu[k] = max(best_cpu.get(k, 0.0), per_cpu)
+                    cpu_text = f", {per_cpu:.1f} per CPU-second" if per_cpu is not None else ""
+                    print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s{cpu_text}", file=sys.stderr)
             if args.chunking:
                 compare_chunking(source, datasets, grids, args)
                 continue
@@ -310,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
                     "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
                     "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
                     "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
+                    "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
                 })
 
     if args.chunking:
@@ -349,24 +378,27 @@ def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], arg
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print()
-    print("| source | format | decode | grid | batch x frames x crop | clips/s |")
-    print("|---|---|---|---|---|---|")
+    print("| source | format | decode | grid | batch x frames x crop | clips/s | clips per CPU-second |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         name = row["format"] + (" (pytorchvideo)" if row["loader"] == "pytorchvideo" else "")
+        per_cpu = "-" if row["clips_per_cpu_s"] is None else f"{row['clips_per_cpu_s']:.1f}"
         print(
             f"| {row['source']} | {name} | {row['decode']} | {row['grid']} | "
-            f"{row['batch_size']} x {row['frames']} x {row['crop']} | {row['clips_per_s']:.1f} |"
+            f"{row['batch_size']} x {row['frames']} x {row['crop']} | {row['clips_per_s']:.1f} | {per_cpu} |"
         )
     print()
-    keyed = {(r["source"], r["format"], r["decode"], r["loader"], r["grid"]): r["clips_per_s"] for r in rows}
-    for source, fmt, decode, loader in dict.fromkeys(k[:4] for k in keyed):
-        base, coarsest = keyed.get((source, fmt, decode, loader, "base")), keyed.get((source, fmt, decode, loader, "coarsest"))
-        if base and coarsest:
-            label = fmt + (" (pytorchvideo)" if loader == "pytorchvideo" else "")
-            print(f"{source}, {label}, decode {decode}: coarsest/base {coarsest / base:.2f}x")
-        mp4 = keyed.get((source, "mp4", "cpu", "ours", "base"))
-        if fmt == "frames" and base and mp4:
-            print(f"{source}, frames decode {decode} / mp4 at the base grid: {base / mp4:.2f}x")
+    for metric, unit in (("clips_per_s", "clips/s"), ("clips_per_cpu_s", "clips per CPU-second")):
+        keyed = {(r["source"], r["format"], r["decode"], r["loader"], r["grid"]): r[metric] for r in rows}
+        for source, fmt, decode, loader in dict.fromkeys(k[:4] for k in keyed):
+            base = keyed.get((source, fmt, decode, loader, "base"))
+            coarsest = keyed.get((source, fmt, decode, loader, "coarsest"))
+            if base and coarsest:
+                label = fmt + (" (pytorchvideo)" if loader == "pytorchvideo" else "")
+                print(f"{source}, {label}, decode {decode}: coarsest/base {coarsest / base:.2f}x ({unit})")
+            mp4 = keyed.get((source, "mp4", "cpu", "ours", "base"))
+            if fmt == "frames" and base and mp4:
+                print(f"{source}, frames decode {decode} / mp4 at the base grid: {base / mp4:.2f}x ({unit})")
 
 
 if __name__ == "__main__":
