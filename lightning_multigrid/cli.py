@@ -1,7 +1,7 @@
 """`lightning-multigrid`: the command line.
 
-``schedule`` previews a schedule, ``check-data`` decodes every video (or frame folder) of a manifest,
-``extract-frames`` turns a video dataset into a frame dataset, ``make-synthetic`` writes the demo dataset. Commands are registered in ``COMMANDS``; each takes its own
+``schedule`` previews a schedule, ``check-data`` decodes every video of a manifest, ``make-synthetic``
+writes the demo dataset. Commands are registered in ``COMMANDS``; each takes its own
 argparse sub-parser and a handler. Settings errors print one line and exit with status 2.
 """
 
