@@ -1,32 +1,51 @@
-"""Clip loading throughput: our dataset vs pytorchvideo's PyAV path, on the same files.
+"""Clip loading throughput per grid: mp4 (PyAV) and frame datasets (JPEG), CPU and GPU decode.
 
-Writes H.264 test videos (320x240 and 640x480 by default) into a temporary directory, then loads
-random training clips through a DataLoader with the same number of workers for both:
+Writes H.264 test videos into a temporary directory, extracts them to a frame dataset
+(``extract_frames``, JPEG quality 90, full size), then loads training clips through a DataLoader
+at each grid of a multigrid schedule (base 8 x 16 x 112, stride 4, 100 epochs): the base grid,
+each long-cycle shape, and the coarsest short-cycle shape, each with its batch size, stride range
+and jitter range as the batch sampler asks for them. Per row it prints clips/s, and per source
+the coarsest/base ratio and frames/mp4 at the base grid.
 
-- **ours**: ``TrainVideoDataset`` indexed by ``ClipRequest`` (seek, decode to the clip's end,
-  convert only the sampled frames, resized inside swscale), uint8 output;
-- **pytorchvideo**: ``EncodedVideo.from_path(path, decode_audio=False, decoder="pyav")``,
-  ``get_clip`` over the span, then what its Kinetics recipe does in workers (without importing
-  ``pytorchvideo.transforms``, which fails with current torchvision): uniform temporal subsample,
-  random short-side scale (``F.interpolate``, bilinear), random crop, random flip; float32 output.
+- ``mp4``: ``TrainVideoDataset`` on the video files (seek, decode through the span, convert only
+  the sampled frames, resized inside swscale);
+- ``frames``, decode ``cpu``: the same dataset on the frame folders (only the sampled JPEGs,
+  decoded at 1/2, 1/4 or 1/8 size where the grid allows);
+- ``frames``, decode ``cuda`` (when CUDA is there): workers read the JPEG bytes, the main
+  process decodes each batch with nvjpeg and resizes, crops and flips it on the GPU
+  (``decode_clips``), synchronised before the clock is read.
 
-Both take the same span (``num_frames * stride`` source frames) at the base grid and at the
-coarsest grid of the schedule (the first short-cycle grid of the first long-cycle stage).
+A row runs until ``--seconds`` have passed and ``3 * --workers`` batches have come after the first
+``--workers`` batches (worker start-up and the first prefetch are not timed); every row is measured ``--repeat`` times, round robin, and
+the best kept, since other load on a shared machine only ever slows a row down. Beside clips/s it
+prints clips per CPU-second (main process and workers together, from ``/proc``), which other load
+does not move.
 
 Run::
 
-    python benchmarks/loader.py                 # about 3-4 minutes on 2 cores
-    python benchmarks/loader.py --clips 32 --sizes 320x240
+    python benchmarks/loader.py                           # about 2 minutes on 2 cores
+    python benchmarks/loader.py --kinetics --json out.json  # + 340x256, 10 s, 30 fps, GOP 250 and 12
+    python benchmarks/loader.py --pytorchvideo            # + pytorchvideo's PyAV path, base and coarsest
+    python benchmarks/loader.py --chunking --formats mp4  # whole batches vs worker chunks (ChunkedDataLoader)
+
+``--chunking`` times, instead, short epochs of the coarse grids from a fresh loader (worker start-up
+included, as at the start of every epoch): the first batch's wait and the epoch's clips/s, with a
+plain DataLoader (a batch per worker) and with ``ChunkedDataLoader`` (each batch cut into chunks
+of at least 8 clips, one per worker, joined in the main process).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import math
+import os
 import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +56,51 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.extract import extract_frames
+from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.data.synthetic import write_video
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 @dataclass(frozen=True)
-class Case:
-    size: str
+class Source:
     name: str
-    grid: GridShape
-    stride: int
+    width: int
+    height: int
+    seconds: float
+    fps: float
+    gop_size: int | None  # None: x264's default (250)
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    shape: GridShape
+    stride_range: tuple[float, float]
     scale_range: tuple[int, int]
+
+
+def schedule_grids(schedule: MultigridSchedule) -> list[Grid]:
+    """The base grid, each other long-cycle shape (coarse to fine), and the coarsest short-cycle grid."""
+    base = schedule.base_shape
+    grids = {base: Grid("base", base, (0.0, 0.0), schedule.jitter_scales_for(base.crop_size))}
+    coarsest: Grid | None = None
+    for stage in schedule.stages:
+        rate = (float(stage.sampling_rate[0]), float(stage.sampling_rate[1]))
+        shape = stage.shape
+        if shape == base:
+            grids[base] = Grid("base", base, rate, grids[base].scale_range)
+        elif shape not in grids:
+            name = f"long {shape.batch_size}x{shape.num_frames}x{shape.crop_size}"
+            grids[shape] = Grid(name, shape, rate, schedule.jitter_scales_for(shape.crop_size))
+        for short in stage.short_cycle:
+            if coarsest is None or short.num_frames * short.crop_size**2 < coarsest.shape.num_frames * coarsest.shape.crop_size**2:
+                coarsest = Grid("coarsest", short, rate, schedule.jitter_scales_for(short.crop_size))
+    ordered = [g for g in grids.values() if g.name != "base"] + [grids[base]]
+    return ([coarsest] if coarsest is not None else []) + ordered
 
 
 def render_camera_video(width: int, height: int, num_frames: int, rng: np.random.Generator) -> np.ndarray:
@@ -77,30 +129,107 @@ def render_camera_video(width: int, height: int, num_frames: int, rng: np.random
     return frames
 
 
-class PyTorchVideoClips(Dataset[dict[str, Any]]):
-    """pytorchvideo's PyAV decoding with its Kinetics training transforms done in torch."""
+def make_videos(directory: Path, source: Source, count: int) -> Path:
+    """Write ``count`` videos and their manifest; returns the manifest."""
+    directory.mkdir(parents=True)
+    lines = []
+    for i in range(count):
+        path = directory / f"{i:03d}.mp4"
+        frames = render_camera_video(source.width, source.height, round(source.seconds * source.fps), np.random.default_rng(i))
+        write_video(path, frames, fps=source.fps, crf=23, preset="veryfast", gop_size=source.gop_size)
+        lines.append(f"{path.name} 0\n")
+    manifest = directory / "train.csv"
+    manifest.write_text("".join(lines))
+    return manifest
 
-    def __init__(self, paths: list[str], requests: list[ClipRequest], fps: float) -> None:
-        self.paths, self.requests, self.fps = paths, requests, fps
+
+def requests_for(grid: Grid, num_videos: int, seed: int) -> Iterator[list[ClipRequest]]:
+    """Endless batches at one grid, as the batch sampler makes them (random videos, one seed per clip)."""
+    rng = random.Random(seed)
+    for batch in itertools.count():
+        yield [
+            ClipRequest(rng.randrange(num_videos), grid.shape.num_frames, grid.shape.crop_size, grid.stride_range,
+                        grid.scale_range, seed=batch * 100_000 + k)
+            for k in range(grid.shape.batch_size)
+        ]
+
+
+def clips_per_second(
+    loader: DataLoader[Any], warmup_batches: int, seconds: float, device: str | None
+) -> tuple[float, float | None]:
+    """Clips/s after ``warmup_batches``, over at least ``seconds`` and ``3 * warmup_batches`` batches.
+
+    Several batches per worker, so the batches already prefetched when the clock starts do not
+    inflate the rate of grids with big batches. Also returns clips per CPU-second of the main
+    process and the workers together (Linux; ``None`` elsewhere): unlike clips/s, it does not
+    move with other load on a shared machine.
+    """
+    batches = iter(loader)
+    for _ in range(warmup_batches):
+        consume(next(batches), device)
+    pids = [os.getpid(), *(w.pid for w in getattr(batches, "_workers", ()))]
+    cpu_start = cpu_seconds(pids)
+    start = time.perf_counter()
+    clips = count = 0
+    while True:
+        clips += consume(next(batches), device)
+        count += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds and count >= max(2, 3 * warmup_batches):
+            cpu_end = cpu_seconds(pids)
+            per_cpu = clips / (cpu_end - cpu_start) if cpu_start is not None and cpu_end is not None else None
+            return clips / elapsed, per_cpu
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User + system CPU seconds of the processes so far, from ``/proc``; ``None`` without it."""
+    total = 0
+    try:
+        for pid in pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def consume(batch: dict[str, Any], device: str | None) -> int:
+    video = batch["video"]
+    if isinstance(video, EncodedBatch):
+        decoded = decode_clips(video, device or "cpu")
+        if decoded.is_cuda:
+            torch.cuda.synchronize()
+        return decoded.shape[0]
+    return (video[0] if isinstance(video, list) else video).shape[0]
+
+
+class PyTorchVideoClips(Dataset[dict[str, Any]]):
+    """pytorchvideo's PyAV decoding with its Kinetics training transforms done in torch.
+
+    ``EncodedVideo.from_path(path, decode_audio=False, decoder="pyav")``, ``get_clip`` over the
+    span, then what its Kinetics recipe does in workers (without importing
+    ``pytorchvideo.transforms``, which fails with current torchvision): uniform temporal
+    subsample, random short-side scale (``F.interpolate``, bilinear), random crop, random flip.
+    """
+
+    def __init__(self, paths: list[str], fps: float) -> None:
+        self.paths, self.fps = paths, fps
 
     def __len__(self) -> int:
-        return len(self.requests)
+        return len(self.paths)
 
-    def __getitem__(self, item: int) -> dict[str, Any]:
+    def __getitem__(self, request: ClipRequest) -> dict[str, Any]:
         from pytorchvideo.data.encoded_video import EncodedVideo
 
-        request = self.requests[item]
         rng = random.Random(request.seed)
         video = EncodedVideo.from_path(self.paths[request.index], decode_audio=False, decoder="pyav")
-        stride = request.stride_range[0]
+        stride = rng.uniform(*request.stride_range)
         clip_duration = request.num_frames * stride / self.fps
         start = rng.uniform(0, max(float(video.duration) - clip_duration, 0))
         frames = video.get_clip(start, start + clip_duration)["video"]  # float32 (C, T, H, W)
         video.close()
-        # UniformTemporalSubsample
         indices = torch.linspace(0, frames.shape[1] - 1, request.num_frames).clamp(0, frames.shape[1] - 1).long()
         frames = frames.index_select(1, indices)
-        # RandomShortSideScale
         short_side = rng.randint(*request.scale_range)
         height, width = frames.shape[-2:]
         if width < height:
@@ -108,114 +237,168 @@ class PyTorchVideoClips(Dataset[dict[str, Any]]):
         else:
             size = (short_side, int(math.floor(width * short_side / height)))
         frames = F.interpolate(frames, size=size, mode="bilinear", align_corners=False)
-        # RandomCrop, RandomHorizontalFlip
         crop = request.crop_size
         y, x = rng.randint(0, size[0] - crop), rng.randint(0, size[1] - crop)
         frames = frames[..., y : y + crop, x : x + crop]
         if rng.random() < 0.5:
             frames = frames.flip(-1)
-        return {"video": frames, "label": 0}
-
-
-def make_videos(directory: Path, width: int, height: int, count: int, seconds: float, fps: float) -> list[str]:
-    paths = []
-    for i in range(count):
-        path = directory / f"{width}x{height}_{i}.mp4"
-        frames = render_camera_video(width, height, round(seconds * fps), np.random.default_rng(i))
-        write_video(path, frames, fps=fps, crf=23, preset="veryfast")
-        paths.append(str(path))
-    return paths
-
-
-def clips_per_second(loader: DataLoader[Any], clips: int) -> float:
-    start = time.perf_counter()
-    seen = 0
-    for batch in loader:
-        video = batch["video"]
-        seen += (video[0] if isinstance(video, list) else video).shape[0]
-    elapsed = time.perf_counter() - start
-    if seen != clips:
-        raise RuntimeError(f"loaded {seen} clips, expected {clips}")
-    return clips / elapsed
+        return {"video": frames, "label": 0, "index": request.index, "skipped": ()}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="320x240,640x480", help="source resolutions, comma-separated")
-    parser.add_argument("--videos", type=int, default=6, help="videos per resolution (6)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="video length in seconds (5)")
-    parser.add_argument("--fps", type=float, default=30.0, help="source frame rate (30)")
-    parser.add_argument("--clips", type=int, default=48, help="clips per measurement (48)")
-    parser.add_argument("--batch-size", type=int, default=8, help="clips per batch for both loaders (8)")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for both (2)")
-    parser.add_argument("--num-frames", type=int, default=16, help="baseline frames T (16)")
-    parser.add_argument("--crop-size", type=int, default=112, help="baseline crop S (112)")
-    parser.add_argument("--stride", type=int, default=4, help="baseline stride tau (4)")
+    parser.add_argument("--videos", type=int, default=6, help="videos per source (6)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per row, at least (3)")
+    parser.add_argument("--repeat", type=int, default=3, help="measure every row this often, round robin; keep the best (3)")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers (2)")
+    parser.add_argument("--kinetics", action="store_true",
+                        help="add Kinetics-like sources: 340x256, 10 s at 30 fps, GOP 250 and GOP 12")
+    parser.add_argument("--small", default="320x240", help="the small source's size, 5 s at 30 fps ('' for none)")
+    parser.add_argument("--formats", default="mp4,frames", help="mp4, frames or both (mp4,frames)")
+    parser.add_argument("--decode", default=None, help="frame decode: cpu, cuda or both (default: cpu, and cuda when available)")
+    parser.add_argument("--grids", default=None, help="only these grids, comma-separated: base, coarsest, long (default: all)")
+    parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
+    parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    parser.add_argument("--chunking", action="store_true", help="compare whole batches with worker chunks instead")
     args = parser.parse_args(argv)
 
     schedule = build_schedule(
-        MultigridConfig(
-            batch_size=8, num_frames=args.num_frames, crop_size=args.crop_size, sampling_rate=args.stride,
-            max_epochs=100, milestones=(50, 80),
-        )
+        MultigridConfig(batch_size=8, num_frames=16, crop_size=112, sampling_rate=4, max_epochs=100, milestones=(50, 80))
     )
-    base = schedule.base_shape
-    coarsest = schedule.stages[0].short_cycle[0]
-    coarse_stride = round(schedule.stages[0].sampling_rate[1])  # same span as the base grid
-    cases = []
-    for size in args.sizes.split(","):
-        cases.append(Case(size, "base", base, args.stride, schedule.jitter_scales_for(base.crop_size)))
-        cases.append(Case(size, "coarsest", coarsest, coarse_stride, schedule.jitter_scales_for(coarsest.crop_size)))
-
+    grids = schedule_grids(schedule)
+    if args.grids:
+        wanted = args.grids.split(",")
+        grids = [g for g in grids if g.name.split()[0] in wanted]
+    sources = []
+    if args.small:
+        width, height = map(int, args.small.split("x"))
+        sources.append(Source(f"{args.small} 5s gop250", width, height, 5.0, 30.0, None))
+    if args.kinetics:
+        sources += [Source("340x256 10s gop250", 340, 256, 10.0, 30.0, 250), Source("340x256 10s gop12", 340, 256, 10.0, 30.0, 12)]
+    formats = args.formats.split(",")
+    decodes = args.decode.split(",") if args.decode else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(
-        f"torch {torch.__version__}, {args.workers} DataLoader workers, batch {args.batch_size}, {args.clips} clips "
-        f"per measurement, {args.videos} videos of {args.seconds:g} s at {args.fps:g} fps per size (H.264, x264 "
-        "veryfast crf 23, default GOP 250)",
+        f"torch {torch.__version__}, {args.workers} DataLoader workers, >= {args.seconds:g} s per row after "
+        f"{args.workers} warm-up batches, {args.videos} videos per source (H.264 x264 veryfast crf 23), "
+        f"frames: JPEG quality 90, full size",
         file=sys.stderr,
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        for size in args.sizes.split(","):
-            width, height = map(int, size.split("x"))
-            t = time.perf_counter()
-            paths = make_videos(Path(tmp), width, height, args.videos, args.seconds, args.fps)
-            print(f"wrote {len(paths)} {size} videos in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-            manifest = Path(tmp) / f"{size}.csv"
-            manifest.write_text("".join(f"{Path(p).name} 0\n" for p in paths))
-            for case in (c for c in cases if c.size == size):
-                requests = [
-                    ClipRequest(
-                        index=i % len(paths),
-                        num_frames=case.grid.num_frames,
-                        crop_size=case.grid.crop_size,
-                        stride_range=(float(case.stride), float(case.stride)),
-                        scale_range=case.scale_range,
-                        seed=i,
+        for number, source in enumerate(sources):
+            started = time.perf_counter()
+            manifest = make_videos(Path(tmp) / f"videos{number}", source, args.videos)
+            print(f"{source.name}: wrote {args.videos} videos in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            datasets: list[tuple[str, str, TrainVideoDataset | PyTorchVideoClips]] = []
+            if "mp4" in formats:
+                datasets.append(("mp4", "cpu", TrainVideoDataset(manifest)))
+            if args.pytorchvideo:
+                paths = [e.path for e in load_manifest(manifest).entries]
+                datasets.append(("mp4 pytorchvideo", "cpu", PyTorchVideoClips(paths, source.fps)))
+            if "frames" in formats:
+                started = time.perf_counter()
+                report = extract_frames(load_manifest(manifest), Path(tmp) / f"frames{number}", workers=args.workers, progress=False)
+                mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
+                jpeg_bytes = sum(p.stat().st_size for p in report.manifest.parent.rglob("*.jpg"))
+                print(
+                    f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s; frames take "
+                    f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
+                    file=sys.stderr,
+                )
+                for decode in decodes:
+                    datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
+            # Grid by grid, so the formats compared at one grid are measured close in time.
+            cases = [
+                (fmt, decode, dataset, grid)
+                for grid, (fmt, decode, dataset) in itertools.product(grids, datasets)
+                if fmt != "mp4 pytorchvideo" or grid.name in ("base", "coarsest")
+            ]
+            best: dict[int, float] = {}
+            best_cpu: dict[int, float] = {}
+            # Round robin, best of --repeat: other load on a shared machine only ever slows a row down.
+            for _ in range(args.repeat):
+                for k, (fmt, decode, dataset, grid) in enumerate(cases):
+                    loader = DataLoader(
+                        dataset, batch_sampler=requests_for(grid, args.videos, seed=number),
+                        collate_fn=collate_clips, num_workers=args.workers,
                     )
-                    for i in range(args.clips)
-                ]
-                batches = [requests[i : i + args.batch_size] for i in range(0, len(requests), args.batch_size)]
-                ours = DataLoader(
-                    TrainVideoDataset(manifest), batch_sampler=batches, collate_fn=collate_clips,
-                    num_workers=args.workers,
-                )
-                theirs = DataLoader(
-                    PyTorchVideoClips(paths, requests, args.fps), batch_size=args.batch_size,
-                    num_workers=args.workers,
-                )
-                ours_rate = clips_per_second(ours, args.clips)
-                theirs_rate = clips_per_second(theirs, args.clips)
-                rows.append((case, ours_rate, theirs_rate))
-                print(f"  {size} {case.name}: ours {ours_rate:.1f} clips/s, pytorchvideo {theirs_rate:.1f}", file=sys.stderr)
+                    rate, per_cpu = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
+                    del loader
+                    best[k] = max(best.get(k, 0.0), rate)
+                    if per_cpu is not None:
+                        best_cpu[k] = max(best_cpu.get(k, 0.0), per_cpu)
+                    cpu_text = f", {per_cpu:.1f} per CPU-second" if per_cpu is not None else ""
+                    print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s{cpu_text}", file=sys.stderr)
+            if args.chunking:
+                compare_chunking(source, datasets, grids, args)
+                continue
+            for k, (fmt, decode, dataset, grid) in enumerate(cases):
+                shape = grid.shape
+                rows.append({
+                    "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
+                    "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
+                    "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
+                    "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
+                })
 
+    if args.chunking:
+        return
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))
+        print(f"wrote {args.json}", file=sys.stderr)
+
+
+def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], args: argparse.Namespace) -> None:
+    """First-batch wait and clips/s of a short epoch from a fresh loader, whole batches vs chunks."""
+    for (fmt, decode, dataset), grid in itertools.product(datasets, grids):
+        if grid.shape.batch_size < 4 * 8 or decode != "cpu":
+            continue  # chunks of at least 8 clips: only the coarse grids' big batches are cut
+        batches = list(itertools.islice(requests_for(grid, args.videos, seed=0), 2 * args.workers + 1))
+        for _ in range(args.repeat):
+            for kind in ("whole", "chunks"):
+                if kind == "whole":
+                    loader: DataLoader[Any] = DataLoader(dataset, batch_sampler=batches, collate_fn=collate_clips,
+                                                         num_workers=args.workers)
+                else:
+                    loader = ChunkedDataLoader(dataset, batch_sampler=batches, min_chunk_size=8,
+                                               num_workers=args.workers, collate_fn=collate_clips)
+                start = time.perf_counter()
+                first = clips = 0.0
+                for batch in loader:
+                    clips += consume(batch, None)
+                    first = first or time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                print(
+                    f"{source.name} {fmt} {grid.name} ({len(batches)} batches of {grid.shape.batch_size}, "
+                    f"{args.workers} workers), {kind}: first batch {first:.2f} s, epoch {elapsed:.2f} s, "
+                    f"{clips / elapsed:.0f} clips/s"
+                )
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
     print()
-    print(f"{'source':<9} {'grid':<9} {'frames x crop':<14} {'stride':>6} {'ours clips/s':>13} {'pytorchvideo':>13} {'ratio':>7}")
-    for case, ours_rate, theirs_rate in rows:
-        shape = f"{case.grid.num_frames} x {case.grid.crop_size}"
+    print("| source | format | decode | grid | batch x frames x crop | clips/s | clips per CPU-second |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        name = row["format"] + (" (pytorchvideo)" if row["loader"] == "pytorchvideo" else "")
+        per_cpu = "-" if row["clips_per_cpu_s"] is None else f"{row['clips_per_cpu_s']:.1f}"
         print(
-            f"{case.size:<9} {case.name:<9} {shape:<14} {case.stride:>6} {ours_rate:>13.1f} {theirs_rate:>13.1f} "
-            f"{ours_rate / theirs_rate:>6.1f}x"
+            f"| {row['source']} | {name} | {row['decode']} | {row['grid']} | "
+            f"{row['batch_size']} x {row['frames']} x {row['crop']} | {row['clips_per_s']:.1f} | {per_cpu} |"
         )
+    print()
+    for metric, unit in (("clips_per_s", "clips/s"), ("clips_per_cpu_s", "clips per CPU-second")):
+        keyed = {(r["source"], r["format"], r["decode"], r["loader"], r["grid"]): r[metric] for r in rows}
+        for source, fmt, decode, loader in dict.fromkeys(k[:4] for k in keyed):
+            base = keyed.get((source, fmt, decode, loader, "base"))
+            coarsest = keyed.get((source, fmt, decode, loader, "coarsest"))
+            if base and coarsest:
+                label = fmt + (" (pytorchvideo)" if loader == "pytorchvideo" else "")
+                print(f"{source}, {label}, decode {decode}: coarsest/base {coarsest / base:.2f}x ({unit})")
+            mp4 = keyed.get((source, "mp4", "cpu", "ours", "base"))
+            if fmt == "frames" and base and mp4:
+                print(f"{source}, frames decode {decode} / mp4 at the base grid: {base / mp4:.2f}x ({unit})")
 
 
 if __name__ == "__main__":

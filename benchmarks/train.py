@@ -6,18 +6,30 @@ optimizer and step LR schedule. The baseline runs `--epochs` epochs at the base 
 `MultigridCallback` (long + short cycle, 1.5x epochs). Validation runs once after training
 (multi-view, base shape, precise BN for multigrid), so the times compare training only.
 
-Two sources of frames, each timed for both runs:
+Sources of frames, each timed for both runs (``--source``, comma-separated):
 
 - ``mp4``: workers decode every clip from the H.264 files (the real pipeline). Multigrid decodes
   1.5x the clips of the baseline (1.5x epochs), so on a machine whose cores must both decode and
   train (2 CPU cores) decoding caps the speed-up.
+- ``frames``: the videos extracted once to JPEG frames (``extract_frames``, before the clock
+  starts); workers decode only the sampled frames, at reduced size where the grid allows.
+- ``frames-gpu``: the same frames; workers read the JPEG bytes, the GPU decodes (nvjpeg),
+  resizes, crops and flips each batch (``frame_decode="device"``).
 - ``memory``: every video is decoded once, before the clock starts; workers draw the same clips
-  (the same `sample_clip_params`) and resize and crop them from RAM. This is the regime of a GPU
-  box whose loader keeps up: decoding is out of the timed loop.
+  (the same `sample_clip_params`) and resize and crop them from RAM. This is the regime of a
+  loader that keeps up: decoding is out of the timed loop, so it shows what the model consumes.
 
-    python benchmarks/train.py                        # both sources; about 8 minutes on 2 CPU cores
+The default is ``mp4,memory`` on CPU and ``mp4,frames,frames-gpu`` on a GPU. For every multigrid
+run the clips/s reached at each grid are printed (time from one batch's start to the next), to
+set beside ``benchmarks/loader.py``'s loading capacity at the same grid.
+
+    python benchmarks/train.py                        # mp4 and memory; about 8 minutes on 2 CPU cores
     python benchmarks/train.py --source memory        # the loader-keeps-up figure only
     python benchmarks/train.py --epochs 8 --milestones 6 --num-train 80   # a quick look
+    # GPU, Kinetics-like synthetic videos (340x256, 10 s at 30 fps), r3d_18 and the tiny CNN:
+    python benchmarks/train.py --accelerator gpu --precision bf16-mixed --workers 14 --kinetics-like \
+        --backbone r3d_18,tiny --batch-size 8 --num-frames 16 --crop-size 112 --sampling-rate 4 \
+        --num-train 1600 --epochs 12 --milestones 8 10
 
 Prints the iterations, wall-clock time and top-1 of each run and the speed-ups.
 """
@@ -25,6 +37,7 @@ Prints the iterations, wall-clock time and top-1 of each run and the speed-ups.
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import tempfile
 import time
@@ -38,17 +51,22 @@ import torch
 import torch.nn.functional as F
 
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decode import VideoReader
-from lightning_multigrid.data.sampling import ClipParams
+from lightning_multigrid.data.extract import extract_frames
+from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.module import VideoClassifier
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", choices=("mp4", "memory", "both"), default="both", help="where clips come from")
+    parser.add_argument(
+        "--source", default="auto",
+        help="comma-separated: mp4, frames, frames-gpu, memory (auto: mp4,memory on CPU, mp4,frames,frames-gpu on GPU)",
+    )
     parser.add_argument("--epochs", type=int, default=40, help="baseline epochs")
     parser.add_argument("--milestones", type=int, nargs="*", default=[30, 36], help="baseline LR milestones")
     # 0.0125 for 8 clips is PySlowFast's Kinetics LR (0.1 per 64 clips); multigrid multiplies it by
@@ -59,9 +77,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-frames", type=int, default=8)
     parser.add_argument("--crop-size", type=int, default=64)
     parser.add_argument("--sampling-rate", type=int, default=2)
-    parser.add_argument("--backbone", default="tiny", help="a `VideoClassifier` backbone name")
+    parser.add_argument("--backbone", default="tiny", help="`VideoClassifier` backbone names, comma-separated")
     parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem")
     parser.add_argument("--num-train", type=int, default=240)
+    parser.add_argument("--video-size", default="160x120", help="synthetic video WxH (160x120)")
+    parser.add_argument("--video-frames", type=int, default=50, help="frames per synthetic video (50)")
+    parser.add_argument("--fps", type=float, default=25, help="synthetic video frame rate (25)")
+    parser.add_argument("--kinetics-like", action="store_true", help="synthetic videos of 340x256, 10 s at 30 fps")
     parser.add_argument("--num-val", type=int, default=60)
     parser.add_argument("--num-views", type=int, default=1, help="validation clips per video")
     parser.add_argument(
@@ -111,14 +133,42 @@ class FramesInMemory(TrainVideoDataset):
         return clip.permute(1, 0, 2, 3).contiguous()  # (C, T, H, W)
 
 
+class GridThroughput(pl.Callback):
+    """Clips/s reached at each grid: clips of a batch over the time to the next batch's start."""
+
+    def __init__(self) -> None:
+        self.totals: dict[tuple[int, int], list[float]] = {}  # (frames, crop) -> [clips, seconds]
+        self._last: tuple[float, tuple[int, int], int] | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._last is not None and batch_idx > 0:
+            start, grid, clips = self._last
+            total = self.totals.setdefault(grid, [0.0, 0.0])
+            total[0] += clips
+            total[1] += now - start
+        video = batch["video"][-1] if isinstance(batch["video"], list) else batch["video"]
+        self._last = (now, (int(video.shape[2]), int(video.shape[3])), int(video.shape[0]))
+
+    def rates(self) -> dict[tuple[int, int], float]:
+        return {grid: clips / seconds for grid, (clips, seconds) in sorted(self.totals.items()) if seconds > 0}
+
+
 def run(
-    args: argparse.Namespace, data_dir: Path, multigrid: bool, train_dataset: TrainVideoDataset | None
-) -> dict[str, float]:
+    args: argparse.Namespace,
+    data_dir: Path,
+    multigrid: bool,
+    train_dataset: TrainVideoDataset | None,
+    backbone: str,
+    manifests: tuple[Path, Path] | None = None,
+    frame_decode: str = "workers",
+) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
+    train_manifest, val_manifest = manifests or (data_dir / "train.csv", data_dir / "val.csv")
     datamodule = MultigridVideoDataModule(
-        train_manifest=str(data_dir / "train.csv"),
-        val_manifest=str(data_dir / "val.csv"),
-        root_dir=str(data_dir),
+        train_manifest=str(train_manifest),
+        val_manifest=str(val_manifest),
+        frame_decode=frame_decode,  # type: ignore[arg-type]
         batch_size=args.batch_size,
         num_frames=args.num_frames,
         crop_size=args.crop_size,
@@ -133,7 +183,7 @@ def run(
         datamodule._train_dataset = train_dataset  # setup() keeps a dataset it already has
     model = VideoClassifier(
         num_classes=datamodule.num_classes,
-        backbone=args.backbone,
+        backbone=backbone,
         tiny_width=args.width,
         lr=args.lr,
         nesterov=False,
@@ -141,7 +191,10 @@ def run(
         warmup_epochs=args.warmup_epochs,
         dropout_rate=0.0,
     )
-    callbacks = [MultigridCallback(precise_bn_batches=20)] if multigrid else []
+    throughput = GridThroughput()
+    callbacks: list[pl.Callback] = [throughput]
+    if multigrid:
+        callbacks.append(MultigridCallback(precise_bn_batches=20))
     trainer = pl.Trainer(
         max_epochs=args.epochs,
         accelerator=args.accelerator,
@@ -165,6 +218,7 @@ def run(
         "epochs": trainer.current_epoch,
         "seconds": train_seconds,
         "top1": metrics["val/top1"],
+        "grid_rates": throughput.rates(),
     }
 
 
@@ -175,42 +229,79 @@ def device_name(args: argparse.Namespace) -> str:
     return f"CPU ({cpu}, {torch.get_num_threads()} threads, {args.workers} workers)"
 
 
+SOURCES = ("mp4", "frames", "frames-gpu", "memory")
+
+
 def main() -> None:
     args = parse_args()
-    sources = ("mp4", "memory") if args.source == "both" else (args.source,)
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    on_gpu = torch.cuda.is_available() and args.accelerator != "cpu"
+    if args.source == "auto":
+        sources = ["mp4", "frames", "frames-gpu"] if on_gpu else ["mp4", "memory"]
+    else:
+        sources = args.source.split(",")
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown:
+        raise SystemExit(f"--source: unknown {unknown}; choose from {', '.join(SOURCES)}")
+    if "frames-gpu" in sources and not on_gpu:
+        raise SystemExit("--source frames-gpu needs CUDA and --accelerator gpu (or auto)")
+    width, height = (340, 256) if args.kinetics_like else map(int, args.video_size.split("x"))
+    video_frames, fps = (300, 30.0) if args.kinetics_like else (args.video_frames, args.fps)
+    backbones = args.backbone.split(",")
+    results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data or Path(scratch) / "synthetic"
         data = f"the videos of {data_dir}"
         if not (data_dir / "train.csv").exists():
-            data = f"{args.num_train} synthetic training videos (texture cell {args.texture_cell} px)"
-            generate_synthetic_dataset(
-                data_dir, num_train=args.num_train, num_val=args.num_val, seed=0, texture_cell=args.texture_cell
+            data = (
+                f"{args.num_train} synthetic training videos ({width}x{height}, {video_frames} frames at {fps:g} fps, "
+                f"texture cell {args.texture_cell} px)"
             )
-        for source in sources:
+            started = time.perf_counter()
+            generate_synthetic_dataset(
+                data_dir, num_train=args.num_train, num_val=args.num_val, seed=0, texture_cell=args.texture_cell,
+                width=width, height=height, num_frames=video_frames, fps=fps,
+            )
+            print(f"wrote the videos in {time.perf_counter() - started:.0f} s", flush=True)
+        frame_manifests = None
+        if any(s.startswith("frames") for s in sources):
+            started = time.perf_counter()
+            frame_manifests = tuple(
+                extract_frames(load_manifest(data_dir / f"{split}.csv"), data_dir / "frames", progress=False).manifest
+                for split in ("train", "val")
+            )
+            print(f"extracted frames in {time.perf_counter() - started:.0f} s (not timed below)", flush=True)
+        for backbone, source in itertools.product(backbones, sources):
             dataset = None
             if source == "memory":
                 dataset = FramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
-            results[source] = {
-                "baseline": run(args, data_dir, multigrid=False, train_dataset=dataset),
-                "multigrid": run(args, data_dir, multigrid=True, train_dataset=dataset),
+            manifests = frame_manifests if source.startswith("frames") else None
+            decode = "device" if source == "frames-gpu" else "workers"
+            results[backbone, source] = {
+                name: run(args, data_dir, multigrid, dataset, backbone, manifests, decode)  # type: ignore[arg-type]
+                for name, multigrid in (("baseline", False), ("multigrid", True))
             }
+            for name, result in results[backbone, source].items():
+                print(f"{backbone} {source} {name}: {result['seconds']:.1f} s, top-1 {result['top1']:.3f}", flush=True)
 
-    model = f"tiny 3D CNN (width {args.width})" if args.backbone == "tiny" else args.backbone
-    print(f"\nbaseline vs multigrid, {model}, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
-          f"LR {args.lr:g}, {data}, on {device_name(args)}")
-    print(f"{'source':<7} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6}")
-    for source, pair in results.items():
+    print(f"\nbaseline vs multigrid, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
+          f"LR {args.lr:g}, {args.precision}, {data}, on {device_name(args)}")
+    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6}")
+    for (backbone, source), pair in results.items():
+        model = f"tiny w{args.width}" if backbone == "tiny" else backbone
         for name, result in pair.items():
-            print(f"{source:<7} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
+            print(f"{model:<10} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
                   f"{result['seconds']:>8.1f} {result['top1']:>6.3f}")
-    for source, pair in results.items():
+    for (backbone, source), pair in results.items():
         baseline, multigrid = pair["baseline"], pair["multigrid"]
         print(
-            f"{source}: speed-up {baseline['seconds'] / multigrid['seconds']:.2f}x wall-clock, "
+            f"{backbone} {source}: speed-up {baseline['seconds'] / multigrid['seconds']:.2f}x wall-clock, "
             f"{baseline['iterations'] / multigrid['iterations']:.2f}x fewer iterations; "
             f"top-1 {multigrid['top1'] - baseline['top1']:+.3f}"
         )
+    print("\nclips/s reached per grid (frames x crop) in the multigrid runs:")
+    for (backbone, source), pair in results.items():
+        rates = ", ".join(f"{t}x{c}: {r:.0f}" for (t, c), r in pair["multigrid"]["grid_rates"].items())
+        print(f"{backbone} {source}: {rates}")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,11 @@ def _run_schedule(args: argparse.Namespace) -> None:
 
 
 def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("manifest", help="manifest file (`path label` lines) or a folder with one folder per class")
+    parser.add_argument(
+        "manifest",
+        help="manifest file (`path label` lines, or a frame dataset's `folder label [num_frames]` lines or "
+        "frame-list CSV) or a folder with one folder per class",
+    )
     parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
     parser.add_argument("--class-names", help="class-names file, for labels written as names")
     parser.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPU count)")
@@ -98,6 +102,44 @@ def _run_check_data(args: argparse.Namespace) -> None:
         report.metadata_cache().save(args.write_metadata)
         print(f"wrote {args.write_metadata}", file=sys.stderr)
     if not report.ok:
+        raise SystemExit(1)
+
+
+def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("manifest", help="video manifest file (`path label` lines) or a folder with one folder per class")
+    parser.add_argument("output_dir", help="where the frame folders and the new manifest go (created)")
+    parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
+    parser.add_argument("--class-names", help="class-names file, for labels written as names")
+    parser.add_argument("--short-side", type=int, default=None, help="resize frames to this short side (default: keep)")
+    parser.add_argument("--fps", type=float, default=None, help="resample to this frame rate (default: every frame)")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 (90)")
+    parser.add_argument("--manifest-name", help="file name of the new manifest (default: the input's stem + .txt)")
+    parser.add_argument("--workers", type=int, default=None, help="extracting processes (default: CPU count)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_extract_frames(args: argparse.Namespace) -> None:
+    from lightning_multigrid.data.extract import extract_frames
+    from lightning_multigrid.data.manifest import load_manifest
+
+    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names)
+    report = extract_frames(
+        manifest,
+        args.output_dir,
+        manifest_name=args.manifest_name,
+        short_side=args.short_side,
+        fps=args.fps,
+        quality=args.quality,
+        workers=args.workers,
+        progress=not args.no_progress,
+    )
+    for failure in report.failures:
+        print(f"FAILED {failure.path}: {failure.error}")
+    print(
+        f"{report.extracted} videos extracted, {report.already_done} already done, {len(report.failures)} failed; "
+        f"wrote {report.manifest}"
+    )
+    if report.failures:
         raise SystemExit(1)
 
 
@@ -148,6 +190,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         "decode every video of a manifest and list the ones that fail",
         _add_check_data_arguments,
         _run_check_data,
+    ),
+    "extract-frames": (
+        "turn a video manifest into a frame dataset (JPEG folders and a manifest), resumable",
+        _add_extract_frames_arguments,
+        _run_extract_frames,
     ),
     "make-synthetic": (
         "write the synthetic demo dataset (H.264 videos and manifests)",

@@ -170,3 +170,101 @@ def run_ddp_script(args: Sequence[str], cwd: Path, timeout_s: float) -> None:
         output, _ = proc.communicate()
         pytest.fail(f"the 2-process DDP run did not finish within {timeout_s} s (hang?):\n{output[-6000:]}")
     assert proc.returncode == 0, f"the DDP run failed (exit {proc.returncode}):\n{output[-6000:]}"
+
+
+FrameBrokenKind = Literal["missing_folder", "empty_folder", "missing_frames", "random_bytes", "not_jpeg", "truncated"]
+FRAME_BROKEN_KINDS: tuple[FrameBrokenKind, ...] = (
+    "missing_folder",
+    "empty_folder",
+    "missing_frames",
+    "random_bytes",
+    "not_jpeg",
+    "truncated",
+)
+
+
+class FrameFactory:
+    """Writes frame datasets (a folder of real JPEG frames per video, with PIL) into one directory.
+
+    :meth:`coded` frames carry their index in their colour, as :class:`VideoFactory`'s do
+    (``VideoFactory.frame_index`` reads it back); :meth:`smooth` frames are smooth gradients
+    with soft blobs, on which JPEG and resampling errors stay small.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def write(self, name: str, frames: Sequence[np.ndarray], pattern: str = "img_{:05d}.jpg", quality: int = 95) -> Path:
+        from PIL import Image
+
+        folder = self.directory / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, frame in enumerate(frames):
+            Image.fromarray(frame).save(folder / pattern.format(i + 1), quality=quality)
+        return folder
+
+    def coded(self, name: str = "video", num_frames: int = 24, width: int = 64, height: int = 48, **kwargs: str) -> Path:
+        frames = [np.full((height, width, 3), VideoFactory.frame_colour(i), dtype=np.uint8) for i in range(num_frames)]
+        return self.write(name, frames, **kwargs)  # type: ignore[arg-type]
+
+    @staticmethod
+    def smooth_frames(num_frames: int, width: int, height: int, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed)
+        yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+        frames = []
+        centres = rng.uniform(0, 1, (3, 2)) * (width, height)
+        for t in range(num_frames):
+            image = np.stack([xx / width * 180, yy / height * 180, (xx + yy) / (width + height) * 120 + 2 * t], -1)
+            for k, (cx, cy) in enumerate(centres):
+                blob = np.exp(-(((xx - cx - 2 * t) ** 2 + (yy - cy) ** 2) / (2 * (width / 8) ** 2)))
+                image[..., k] += 70 * blob
+            frames.append(image.clip(0, 255).astype(np.uint8))
+        return frames
+
+    def smooth(self, name: str = "smooth", num_frames: int = 16, width: int = 160, height: int = 120, seed: int = 0) -> Path:
+        return self.write(name, self.smooth_frames(num_frames, width, height, seed))
+
+    def broken(self, kind: FrameBrokenKind, name: str | None = None) -> tuple[Path, int | None]:
+        """A bad frame folder of one kind and the frame count its manifest line claims."""
+        folder = self.directory / (name or kind)
+        if kind == "missing_folder":
+            return folder, None
+        if kind == "empty_folder":
+            folder.mkdir(parents=True)
+            return folder, None
+        self.coded(folder.name, num_frames=12)
+        if kind == "missing_frames":
+            return folder, 24
+        bad = folder / "img_00003.jpg"
+        if kind == "random_bytes":
+            bad.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+        elif kind == "not_jpeg":
+            from PIL import Image
+
+            Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(bad, format="PNG")
+        elif kind == "truncated":
+            data = bad.read_bytes()
+            bad.write_bytes(data[: len(data) // 2])
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+        return folder, 12
+
+
+@pytest.fixture
+def frames(tmp_path: Path) -> FrameFactory:
+    """Frame folders (real JPEGs) and broken ones in this test's ``tmp_path``."""
+    return FrameFactory(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def synthetic_frames(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """``synthetic_dataset`` extracted to a frame dataset: ``(train manifest, val manifest)``. Read-only."""
+    from lightning_multigrid.data.extract import extract_frames
+    from lightning_multigrid.data.manifest import load_manifest
+
+    out = tmp_path_factory.mktemp("synthetic_frames")
+    manifests = []
+    for source in (synthetic_dataset.train_manifest, synthetic_dataset.val_manifest):
+        manifest = load_manifest(source, class_names=synthetic_dataset.class_names_file)
+        manifests.append(extract_frames(manifest, out, workers=1, progress=False).manifest)
+    return manifests[0], manifests[1]

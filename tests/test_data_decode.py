@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import BROKEN_KINDS, BrokenKind, VideoFactory
 
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decode import MetadataCache, VideoDecodeError, VideoMetadata, VideoReader, probe_video
-from lightning_multigrid.data.sampling import ClipParams
 from lightning_multigrid.data.synthetic import SyntheticDataset, write_video
 
 

@@ -360,3 +360,75 @@ def test_trainer_fit_with_a_schedule(synthetic_dataset: SyntheticDataset, num_wo
         assert schedule.stage_at(0).shape != schedule.stage_at(1).shape
         assert len(recorder.worker_pids[0]) == 2
         assert recorder.worker_pids[0] == recorder.worker_pids[1]
+
+
+# ---------------------------------------------------------------- frame datasets
+
+
+def frame_datamodule(manifests: tuple[Path, Path], **overrides: Any) -> MultigridVideoDataModule:
+    kwargs: dict[str, Any] = dict(
+        train_manifest=str(manifests[0]), val_manifest=str(manifests[1]), num_workers=0, flip=True, seed=3, **BASE
+    )
+    kwargs.update(overrides)
+    return MultigridVideoDataModule(**kwargs)
+
+
+def test_device_decode_batches_match_worker_decode(synthetic_frames: tuple[Path, Path]) -> None:
+    """Same seeds, same clip parameters: on_after_batch_transfer decodes what the workers would have."""
+    batches = {}
+    for mode in ("workers", "device"):
+        datamodule = frame_datamodule(synthetic_frames, frame_decode=mode, slowfast_alpha=4)
+        datamodule.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)
+        datamodule.setup("fit")
+        datamodule.attach_schedule(make_schedule())
+        batch = next(iter(datamodule.train_dataloader()))
+        batches[mode] = datamodule.on_after_batch_transfer(batch, 0)
+    workers, device = batches["workers"], batches["device"]
+    assert [p.shape for p in device["video"]] == [p.shape for p in workers["video"]]
+    assert device["video"][1].shape == expected_shape(make_schedule(), 0, 0)
+    assert device["video"][0].shape[2] == math.ceil(device["video"][1].shape[2] / 4)  # slow: every 4th frame
+    for fast_device, fast_workers in zip(device["video"], workers["video"]):
+        assert (fast_device - fast_workers).abs().mean() < 0.05  # normalised units: ~1/255 / 0.225 per level
+    assert torch.equal(device["label"], workers["label"])
+
+
+def test_frame_decode_on_device_needs_a_frame_dataset(synthetic_dataset: SyntheticDataset) -> None:
+    with pytest.raises(ValueError, match="needs a frame dataset"):
+        make_datamodule(synthetic_dataset, frame_decode="device")
+    with pytest.raises(ValueError, match="`frame_decode` must be"):
+        MultigridVideoDataModule(train_manifest="x", frame_decode="gpu")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("frame_decode", "num_workers", "accelerator"),
+    [
+        ("workers", 2, "cpu"),
+        ("device", 2, "cpu"),  # big batches cut into worker chunks, JPEG clips joined, decoded on the CPU
+        pytest.param(
+            "device", 2, "gpu",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_trainer_fit_on_a_frame_dataset(
+    synthetic_frames: tuple[Path, Path], frame_decode: str, num_workers: int, accelerator: str
+) -> None:
+    schedule = make_schedule(max_epochs=3)
+    datamodule = frame_datamodule(synthetic_frames, frame_decode=frame_decode, num_workers=num_workers, flip=False)
+    datamodule.attach_schedule(schedule)
+    model = TinyVideoNet()
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator=accelerator, devices=1, limit_train_batches=3, limit_val_batches=1, num_sanity_val_steps=0,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        reload_dataloaders_every_n_epochs=1,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|too few batches).*")
+        trainer.fit(model, datamodule=datamodule)
+    expected = [
+        (epoch, i, expected_shape(schedule, epoch, i)[1:], torch.float32)
+        for epoch in range(2)
+        for i in range(min(3, schedule.iterations_in_epoch(epoch, 16)))
+    ]
+    assert [(e, i, s[1:], d) for e, i, s, d in model.seen] == expected
+    assert "val_loss" in trainer.callback_metrics

@@ -1,16 +1,18 @@
-"""Video data: manifests, clip decoding at the requested grid, datasets and the DataModule.
+"""Video data: manifests, clip parameters, decoding at the requested grid, datasets and the DataModule.
 
-Everything here but ``datamodule`` works in a plain PyTorch loop (no Lightning import).
+Video files (PyAV) and frame datasets (a folder of JPEG frames per video, decoded at reduced size
+in the workers or batched on the GPU) give the same clips from the same seeds. Everything here but
+``datamodule`` works in a plain PyTorch loop (no Lightning import).
 """
 
+from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips, slowfast_pathways
-from lightning_multigrid.data.decode import (
-    MetadataCache,
-    VideoDecodeError,
-    VideoMetadata,
-    VideoReader,
-    probe_video,
-)
+from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, probe_video
+from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.extract import extract_frames
+from lightning_multigrid.data.frame_manifest import read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import (
     Manifest,
     ManifestError,
@@ -21,14 +23,18 @@ from lightning_multigrid.data.manifest import (
     read_manifest,
     write_manifest,
 )
+from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampling import ClipParams, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
 
 __all__ = [
+    "ChunkedDataLoader",
     "ClipParams",
     "ClipRequest",
+    "EncodedBatch",
+    "EncodedClip",
     "EvalVideoDataset",
+    "FrameFolder",
     "Manifest",
     "ManifestError",
     "MetadataCache",
@@ -39,15 +45,22 @@ __all__ = [
     "VideoMetadata",
     "VideoReader",
     "collate_clips",
+    "decode_clips",
     "eval_clip_params",
+    "extract_frames",
     "generate_synthetic_dataset",
     "load_manifest",
+    "open_frame_folder",
     "probe_video",
     "read_class_names",
+    "read_clip",
+    "read_encoded_clip",
     "read_folder_manifest",
+    "read_frame_manifest",
     "read_manifest",
     "sample_clip_params",
     "slowfast_pathways",
+    "write_frame_manifest",
     "write_manifest",
     "write_video",
 ]

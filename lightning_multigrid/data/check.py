@@ -1,7 +1,9 @@
 """Decode every video of a manifest before training: ``lightning-multigrid check-data``.
 
 Training skips bad videos (and reports them) rather than dying; this finds them all up front, in
-parallel, and summarises the dataset (durations, frame rates, resolutions).
+parallel, and summarises the dataset (durations, frame rates, resolutions). Frame datasets (a
+folder of JPEG frames per video) get every frame decoded: missing folders and frames, empty
+folders, damaged and non-JPEG frames are reported by path.
 
 Example::
 
@@ -14,23 +16,27 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from lightning_multigrid.data.decode import MetadataCache, VideoDecodeError, VideoMetadata, VideoReader
-from lightning_multigrid.data.manifest import Manifest
+from lightning_multigrid.data.decode import VideoDecodeError, VideoReader
+from lightning_multigrid.data.frames import check_frame_folder
+from lightning_multigrid.data.manifest import Manifest, VideoEntry
+from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
 
-__all__ = ["CheckReport", "VideoCheck", "check_video", "check_videos", "format_report"]
+__all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
 
 
 @dataclass(frozen=True, slots=True)
 class VideoCheck:
-    """The outcome for one video: its metadata, or why it cannot be decoded."""
+    """The outcome for one video: its metadata (or frame folder), or why it cannot be decoded."""
 
     path: str
     metadata: VideoMetadata | None
     error: str | None = None
+    folder: FrameFolder | None = None  # frame datasets
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +77,14 @@ def check_video(path: str) -> VideoCheck:
         return VideoCheck(path, None, error.reason)
 
 
+def check_frames(entry: VideoEntry) -> VideoCheck:
+    """Decode every frame of one frame folder."""
+    try:
+        return VideoCheck(entry.path, None, folder=check_frame_folder(entry))
+    except VideoDecodeError as error:
+        return VideoCheck(entry.path, None, error.reason)
+
+
 def check_videos(manifest: Manifest | Sequence[str], workers: int | None = None, progress: bool = True) -> CheckReport:
     """Check every video, in parallel processes, with a progress bar on stderr.
 
@@ -86,19 +100,26 @@ def check_videos(manifest: Manifest | Sequence[str], workers: int | None = None,
 
     if workers is not None and workers < 0:
         raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
-    paths = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
-    processes = min((os.cpu_count() or 1) if workers is None else workers, len(paths))
-    bar = tqdm(total=len(paths), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
+    items: list[Any]
+    check: Callable[[Any], VideoCheck]
+    if isinstance(manifest, Manifest) and manifest.format == "frames":
+        items = list(manifest.entries)
+        check = check_frames
+    else:
+        items = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
+        check = check_video
+    processes = min((os.cpu_count() or 1) if workers is None else workers, len(items))
+    bar = tqdm(total=len(items), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
     results: list[VideoCheck] = []
     with bar:
         if processes <= 1:
-            for path in paths:
-                results.append(check_video(path))
+            for item in items:
+                results.append(check(item))
                 bar.update()
         else:
             with ProcessPoolExecutor(processes) as pool:
-                chunk = max(1, min(16, len(paths) // (8 * processes)))
-                for result in pool.map(check_video, paths, chunksize=chunk):
+                chunk = max(1, min(16, len(items) // (8 * processes)))
+                for result in pool.map(check, items, chunksize=chunk):
                     results.append(result)
                     bar.update()
     return CheckReport(tuple(results))
@@ -108,7 +129,17 @@ def format_report(report: CheckReport) -> str:
     """Failures (one line each: path and reason), then a summary of the readable videos."""
     lines = [f"FAILED {r.path}: {r.error}" for r in report.failures]
     good = [r.metadata for r in report.results if r.metadata is not None]
+    folders = [r.folder for r in report.results if r.folder is not None]
     total = len(report.results)
+    if folders:
+        lines.append(f"{len(folders)} of {total} frame folders decode, {total - len(folders)} fail.")
+        by_size = sorted(folders, key=lambda f: (f.width * f.height, f.width))
+        lines += [
+            f"frames          {sum(f.num_frames for f in folders)} in all, "
+            f"{min(f.num_frames for f in folders)}-{max(f.num_frames for f in folders)} per video",
+            f"resolution      {by_size[0].width}x{by_size[0].height} to {by_size[-1].width}x{by_size[-1].height}",
+        ]
+        return "\n".join(lines)
     lines.append(f"{len(good)} of {total} videos decode, {total - len(good)} fail.")
     if good:
         seconds = sum(m.duration for m in good)

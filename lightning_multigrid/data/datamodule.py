@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -31,6 +31,8 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler, Sequential
 from typing_extensions import override
 
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
+from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
@@ -55,8 +57,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     """Video classification data for multigrid (or baseline) training.
 
     Data comes from ``path label`` manifests (Kinetics / PySlowFast format; see
-    :mod:`lightning_multigrid.data.manifest`), or from the built-in synthetic dataset generated
-    into ``synthetic_dir``. Batches are dicts::
+    :mod:`lightning_multigrid.data.manifest`), from frame datasets (a folder of JPEG frames per
+    video: ``folder label [num_frames]`` lines or PySlowFast's frame-list CSV, see
+    :mod:`lightning_multigrid.data.frame_manifest`; recognised by their content), or from the
+    built-in synthetic dataset generated into ``synthetic_dir``. Batches are dicts::
 
         {"video": uint8 (N, 3, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
          "index": int64 (N,), "skipped": list of paths}        # + "view": int64 (N,) in val/test
@@ -96,6 +100,15 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: seed of the training shuffle and of every clip's random draws.
         mean: per-channel RGB mean of ``[0, 1]`` video for normalisation.
         std: per-channel RGB standard deviation for normalisation.
+        frame_decode: frame datasets only: ``"workers"`` decodes JPEGs in the DataLoader workers
+            (at reduced size where the grid allows); ``"device"`` has workers read only the bytes
+            and decodes, resizes, crops and flips each batch on the training device after the
+            transfer (nvjpeg on a GPU), with the same clip parameters.
+        chunk_batches: with several workers, cut each training batch into chunks of at least
+            ``batch_size`` clips, at most one per worker, decoded in parallel and joined in the
+            main process (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`): a coarse
+            grid's 8-16x larger batch no longer waits on one worker. Lightning still sees whole
+            batches.
 
     Raises:
         ValueError: on out-of-range sizes or conflicting data arguments (naming them).
@@ -128,8 +141,12 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: int = 0,
         mean: tuple[float, float, float] = DEFAULT_MEAN,
         std: tuple[float, float, float] = DEFAULT_STD,
+        frame_decode: Literal["workers", "device"] = "workers",
+        chunk_batches: bool = True,
     ) -> None:
         super().__init__()
+        if frame_decode not in ("workers", "device"):
+            raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
         for name, value, low in (
             ("batch_size", batch_size, 1),
             ("num_frames", num_frames, 1),
@@ -197,6 +214,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.seed = seed
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
+        self.frame_decode = frame_decode
+        self.chunk_batches = chunk_batches
         self.save_hyperparameters()
 
         self._schedule: MultigridSchedule | None = None
@@ -319,6 +338,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     strict=self.strict,
                     slowfast_alpha=self.slowfast_alpha,
                     metadata_file=self.metadata_file,
+                    return_encoded=self.frame_decode == "device",
                 )
             if self._val_path() is not None and self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self._val_path())
@@ -399,14 +419,17 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count skipped videos and turn ``batch["video"]`` into normalised float on the device.
 
-        uint8 video becomes ``(video / 255 - mean) / std`` in float32, for a tensor
-        ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list, then the Trainer's input dtype
+        JPEG clips (``frame_decode="device"``) are first decoded on the device
+        (:meth:`decode_on_device`). uint8 video becomes ``(video / 255 - mean) / std`` in float32,
+        for a tensor ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list, then the Trainer's input dtype
         (``precision="bf16-true"``: bfloat16, ``"16-true"``: float16, ``"64-true"``: float64; mixed
         precision keeps float32 for autocast); the ``"skipped"`` paths are added to
         :attr:`skipped_video_paths` and left in the batch.
         """
         if isinstance(batch, dict):
             self._collect_skipped(batch.get("skipped"))
+            if isinstance(batch.get("video"), EncodedBatch):
+                batch["video"] = self.decode_on_device(batch["video"], batch["label"].device)
             if "video" in batch:
                 video = normalize_video(batch["video"], self.mean, self.std)
                 precision = getattr(self.trainer, "precision_plugin", None)
@@ -416,6 +439,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     video = precision.convert_input(video)
                 batch["video"] = video
         return batch
+
+    def decode_on_device(self, encoded: EncodedBatch, device: torch.device) -> torch.Tensor | list[torch.Tensor]:
+        """Decode a batch of JPEG clips on ``device``: uint8 ``(N, 3, T, S, S)`` or ``[slow, fast]``."""
+        video = decode_clips(encoded, device)
+        if self.slowfast_alpha is not None:
+            return [video[:, :, :: self.slowfast_alpha], video]  # as slowfast_pathways, batched
+        return video
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -445,6 +475,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         batch_sampler = ShortCycleBatchSampler(
             sampler, schedule, drop_last=self.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
         )
+        if self.chunk_batches and self.num_workers > 1:
+            return ChunkedDataLoader(
+                dataset,
+                batch_sampler=batch_sampler,
+                min_chunk_size=self.batch_size,
+                num_workers=self.num_workers,
+                collate_fn=collate_clips,
+                pin_memory=self.pin_memory,
+                persistent_workers=self.persistent_workers,
+            )
         return DataLoader(
             dataset,
             batch_sampler=batch_sampler,
@@ -489,6 +529,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             strict=self.strict,
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
+            return_encoded=self.frame_decode == "device",
         )
 
     def _baseline_schedule(self) -> MultigridSchedule:

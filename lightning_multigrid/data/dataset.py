@@ -3,6 +3,8 @@
 :class:`TrainVideoDataset` is indexed by :class:`~lightning_multigrid.data.request.ClipRequest`
 (the batch sampler decides the grid and the seed; the dataset only decodes), and
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
+Both read encoded video files (PyAV) or frame datasets, a folder of JPEG frames per video
+(:mod:`lightning_multigrid.data.frames`), with the same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
@@ -10,7 +12,8 @@ device after the transfer (4x fewer bytes through worker queues and the host-to-
     {"video": uint8 (C, T, H, W) | [slow, fast], "label": int | float multi-hot (num_classes,),
      "index": int, "skipped": tuple[str, ...]}           # + "view": int for evaluation
 
-**Bad videos.** Real datasets hold missing, empty, truncated and non-video files. With
+**Bad videos.** Real datasets hold missing, empty, truncated and non-video files (and, as frame
+folders, missing or empty folders and missing, damaged or non-JPEG frames). With
 ``strict=False`` (the default) a clip that cannot be decoded is replaced by a clip of another
 video, chosen deterministically from the request's seed (distinct videos, at most
 ``max_replacements``); the path and reason are logged once per
@@ -31,10 +34,13 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lightning_multigrid.data.decode import Interpolation, MetadataCache, VideoDecodeError, VideoReader
+from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
+from lightning_multigrid.data.decode import Interpolation, VideoDecodeError, VideoReader, decoder_threads_per_worker
+from lightning_multigrid.data.device_decode import EncodedBatch
+from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import Manifest, load_manifest
+from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampling import ClipParams, eval_clip_params, sample_clip_params
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
 
@@ -67,8 +73,14 @@ class _VideoDataset:
         metadata_file: str | os.PathLike[str] | None,
         max_replacements: int,
         interpolation: Interpolation,
+        return_encoded: bool = False,
     ) -> None:
         self.manifest = load_manifest(manifest, root=root, class_names=class_names)
+        if return_encoded and self.manifest.format != "frames":
+            raise ValueError(
+                f"`return_encoded=True` (decoding on the device) needs a frame dataset, but {self.manifest.source} "
+                "lists video files: convert it with `lightning-multigrid extract-frames`, or decode in the workers."
+            )
         if slowfast_alpha is not None and (isinstance(slowfast_alpha, bool) or slowfast_alpha < 1):
             raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
         if max_replacements < 1:
@@ -79,6 +91,9 @@ class _VideoDataset:
         self.interpolation = interpolation
         # Per process: each DataLoader worker gets (and fills) its own copy.
         self.metadata = MetadataCache(metadata_file)
+        self.return_encoded = return_encoded
+        self._folders: dict[str, FrameFolder] = {}  # frame datasets: listed folders, per process
+        self._threads: tuple[int, int] | None = None  # (process id, decoder threads)
         self._failed: dict[str, str] = {}
 
     @property
@@ -106,19 +121,35 @@ class _VideoDataset:
         target[list(labels)] = 1.0
         return target
 
-    def _load(self, video_index: int, draw: Any) -> torch.Tensor:
+    @property
+    def is_frames(self) -> bool:
+        """Whether videos are folders of JPEG frames (else encoded video files)."""
+        return self.manifest.format == "frames"
+
+    def _load(self, video_index: int, draw: Any) -> torch.Tensor | EncodedClip:
         """Decode the clip ``draw(metadata) -> ClipParams`` of one video; raises VideoDecodeError."""
-        path = self.manifest.entries[video_index].path
+        entry = self.manifest.entries[video_index]
+        path = entry.path
         if path in self._failed:
             raise VideoDecodeError(path, self._failed[path])
+        if self.is_frames:
+            folder = self._folders.get(path)
+            if folder is None:
+                folder = self._folders[path] = open_frame_folder(entry)
+            params: ClipParams = draw(folder)
+            return read_encoded_clip(folder, params) if self.return_encoded else read_clip(folder, params)
         metadata = self.metadata.get(path)
-        with VideoReader(path, metadata, self.interpolation) as video:
+        if self._threads is None or self._threads[0] != os.getpid():
+            # Decided in the process that decodes: a worker inherits the main process's copy.
+            self._threads = (os.getpid(), decoder_threads_per_worker())
+        with VideoReader(path, metadata, self.interpolation, self._threads[1]) as video:
             if metadata is None:
                 self.metadata.put(path, video.metadata)
-            params: ClipParams = draw(video.metadata)
-            return video.read(params)
+            return video.read(draw(video.metadata))
 
-    def _load_or_replace(self, video_index: int, seed: int, draw: Any) -> tuple[int, torch.Tensor, tuple[str, ...]]:
+    def _load_or_replace(
+        self, video_index: int, seed: int, draw: Any
+    ) -> tuple[int, torch.Tensor | EncodedClip, tuple[str, ...]]:
         """The clip of ``video_index``, or of the first decodable replacement; and the skipped paths.
 
         Replacements are distinct videos drawn by ``random.Random(seed).sample``: the same in every
@@ -153,9 +184,10 @@ class _VideoDataset:
             error.reason,
         )
 
-    def _sample(self, index: int, video: torch.Tensor, skipped: tuple[str, ...]) -> Sample:
-        clip: torch.Tensor | list[torch.Tensor] = video
-        if self.slowfast_alpha is not None:
+    def _sample(self, index: int, video: torch.Tensor | EncodedClip, skipped: tuple[str, ...]) -> Sample:
+        clip: torch.Tensor | list[torch.Tensor] | EncodedClip = video
+        # Encoded clips get their pathways after decoding, on the device.
+        if self.slowfast_alpha is not None and isinstance(video, torch.Tensor):
             clip = slowfast_pathways(video, self.slowfast_alpha)
         return {"video": clip, "label": self.target(index), "index": index, "skipped": skipped}
 
@@ -173,7 +205,10 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         slowfast_alpha: return ``[slow, fast]`` pathways, slow taking every ``alpha``-th frame.
         metadata_file: precomputed metadata (``check-data --write-metadata``) to skip probing.
         max_replacements: replacements to try before giving up on a sample.
-        interpolation: swscale resize filter.
+        interpolation: swscale resize filter (video files; frames are resized bilinearly).
+        return_encoded: frame datasets only: return the clip's JPEG bytes and parameters
+            (:class:`~lightning_multigrid.data.frames.EncodedClip`) for decoding on the device
+            (:func:`~lightning_multigrid.data.device_decode.decode_clips`).
 
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
@@ -198,9 +233,11 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
+        return_encoded: bool = False,
     ) -> None:
         super().__init__(
-            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation
+            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
+            return_encoded,
         )
         self.flip = flip
 
@@ -258,6 +295,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: as :class:`TrainVideoDataset`.
         max_replacements: as :class:`TrainVideoDataset`.
         interpolation: as :class:`TrainVideoDataset`.
+        return_encoded: as :class:`TrainVideoDataset`.
     """
 
     def __init__(
@@ -276,6 +314,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
+        return_encoded: bool = False,
     ) -> None:
         for name, value in (
             ("num_frames", num_frames),
@@ -292,7 +331,8 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         if short_side < crop_size:
             raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
         super().__init__(
-            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation
+            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
+            return_encoded,
         )
         self.num_frames = num_frames
         self.crop_size = crop_size
@@ -338,7 +378,8 @@ def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
     """Stack samples into a batch.
 
     Returns:
-        ``{"video": uint8 (N, C, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
+        ``{"video": uint8 (N, C, T, H, W) or [slow, fast] (or an
+        :class:`~lightning_multigrid.data.device_decode.EncodedBatch` of JPEG clips), "label": int64 (N,) or float (N, K),
         "index": int64 (N,), "skipped": list of paths (concatenated, possibly repeated)}``,
         plus ``"view": int64 (N,)`` for evaluation samples.
 
@@ -349,8 +390,10 @@ def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
         raise ValueError("`collate_clips` got an empty batch.")
     first = samples[0]["video"]
     try:
-        if isinstance(first, torch.Tensor):
-            video: torch.Tensor | list[torch.Tensor] = torch.stack([s["video"] for s in samples])
+        if isinstance(first, EncodedClip):
+            video: torch.Tensor | list[torch.Tensor] | EncodedBatch = EncodedBatch([s["video"] for s in samples])
+        elif isinstance(first, torch.Tensor):
+            video = torch.stack([s["video"] for s in samples])
         else:
             video = [torch.stack([s["video"][p] for s in samples]) for p in range(len(first))]
     except RuntimeError as error:

@@ -25,13 +25,9 @@ Example::
 from __future__ import annotations
 
 import bisect
-import json
 import os
-from array import array
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from fractions import Fraction
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
@@ -40,16 +36,12 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from lightning_multigrid.data.sampling import ClipParams
+from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.metadata import FrameTimestamps, MetadataCache, VideoMetadata
 
-__all__ = [
-    "FrameTimestamps",
-    "MetadataCache",
-    "VideoDecodeError",
-    "VideoMetadata",
-    "VideoReader",
-    "probe_video",
-]
+# The metadata types moved to `metadata`; importing them from here keeps working.
+__all__ = ["FrameTimestamps", "MetadataCache", "VideoDecodeError", "VideoMetadata", "VideoReader",
+           "decoder_threads_per_worker", "probe_video"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
 
@@ -72,158 +64,6 @@ class VideoDecodeError(RuntimeError):
         return (type(self), (self.path, self.reason))
 
 
-@dataclass(frozen=True, slots=True)
-class FrameTimestamps:
-    """Presentation timestamps of every frame in display order, in the stream's time base.
-
-    Constant-frame-rate videos are stored as ``start + i * step`` (a few bytes, whatever their
-    length, so a per-process cache of a whole dataset stays small); others keep every timestamp.
-    """
-
-    start: int
-    step: int  # 0 when the spacing varies
-    count: int
-    explicit: bytes = b""  # int64 timestamps, only when the spacing varies
-
-    @classmethod
-    def from_sorted(cls, pts: list[int]) -> FrameTimestamps:
-        if len(pts) < 2:
-            return cls(pts[0] if pts else 0, 0, len(pts))
-        step = pts[1] - pts[0]
-        if all(b - a == step for a, b in zip(pts, pts[1:])):
-            return cls(pts[0], step, len(pts))
-        return cls(pts[0], 0, len(pts), array("q", pts).tobytes())
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getitem__(self, index: int) -> int:
-        if not 0 <= index < self.count:
-            raise IndexError(f"frame index {index} out of range for {self.count} frames")
-        if self.explicit:
-            return int(np.frombuffer(self.explicit, dtype=np.int64, count=1, offset=8 * index)[0])
-        return self.start + index * self.step
-
-    def last_step(self) -> int:
-        """Spacing before the last frame (the last frame is taken to last as long)."""
-        if self.count < 2:
-            return 0
-        return self[self.count - 1] - self[self.count - 2]
-
-    def to_list(self) -> list[int]:
-        if self.explicit:
-            return np.frombuffer(self.explicit, dtype=np.int64).tolist()
-        return [self.start + i * self.step for i in range(self.count)]
-
-
-@dataclass(frozen=True, slots=True)
-class VideoMetadata:
-    """What sampling needs to know about a video, probed once (no frame is decoded).
-
-    Attributes:
-        width: frame width in pixels (as stored; sample aspect ratio and rotation are ignored).
-        height: frame height in pixels.
-        num_frames: frames in the video stream.
-        fps: average frames per second (``num_frames / duration``).
-        duration: seconds from the first frame to the end of the last.
-        time_base: seconds per timestamp unit.
-        timestamps: presentation timestamp of every frame, display order.
-        keyframe_pts: presentation timestamps of the keyframes, ascending.
-    """
-
-    width: int
-    height: int
-    num_frames: int
-    fps: float
-    duration: float
-    time_base: Fraction
-    timestamps: FrameTimestamps
-    keyframe_pts: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON data; :meth:`from_dict` reads it back."""
-        ts = self.timestamps
-        return {
-            "width": self.width,
-            "height": self.height,
-            "num_frames": self.num_frames,
-            "fps": self.fps,
-            "duration": self.duration,
-            "time_base": [self.time_base.numerator, self.time_base.denominator],
-            "pts": {"start": ts.start, "step": ts.step, "count": ts.count}
-            if not ts.explicit
-            else {"list": ts.to_list()},
-            "keyframe_pts": list(self.keyframe_pts),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VideoMetadata:
-        pts = data["pts"]
-        timestamps = (
-            FrameTimestamps.from_sorted(list(pts["list"]))
-            if "list" in pts
-            else FrameTimestamps(int(pts["start"]), int(pts["step"]), int(pts["count"]))
-        )
-        return cls(
-            width=int(data["width"]),
-            height=int(data["height"]),
-            num_frames=int(data["num_frames"]),
-            fps=float(data["fps"]),
-            duration=float(data["duration"]),
-            time_base=Fraction(*data["time_base"]),
-            timestamps=timestamps,
-            keyframe_pts=tuple(data["keyframe_pts"]),
-        )
-
-
-class MetadataCache:
-    """Video metadata by path, for one process.
-
-    A dataset holds one; DataLoader workers each fill their own copy (forked or pickled), so
-    each worker probes a video at most once. Keep workers alive between epochs
-    (``persistent_workers=True``) or preload a file written by ``check-data --write-metadata``
-    to avoid probing again.
-
-    Args:
-        file: a JSON file written by :meth:`save` to preload. Paths are kept absolute, so the
-            file works whatever the working directory.
-    """
-
-    def __init__(self, file: str | os.PathLike[str] | None = None) -> None:
-        self._entries: dict[str, VideoMetadata] = {}
-        if file is not None:
-            path = Path(file)
-            if not path.is_file():
-                raise FileNotFoundError(f"Metadata file {path} does not exist: check `metadata_file`.")
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                self._entries = {
-                    os.path.abspath(key): VideoMetadata.from_dict(value) for key, value in data["videos"].items()
-                }
-            except (KeyError, TypeError, ValueError) as error:
-                raise ValueError(
-                    f"Metadata file {path} is not a metadata cache ({error!r}); "
-                    "write it with `lightning-multigrid check-data MANIFEST --write-metadata FILE`."
-                ) from None
-
-    def get(self, path: str) -> VideoMetadata | None:
-        return self._entries.get(os.path.abspath(path))
-
-    def put(self, path: str, metadata: VideoMetadata) -> None:
-        self._entries[os.path.abspath(path)] = metadata
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, path: object) -> bool:
-        return isinstance(path, str) and os.path.abspath(path) in self._entries
-
-    def save(self, file: str | os.PathLike[str]) -> None:
-        """Write every entry to a JSON file that ``MetadataCache(file)`` reads."""
-        data = {"version": 1, "videos": {key: value.to_dict() for key, value in self._entries.items()}}
-        Path(file).write_text(json.dumps(data), encoding="utf-8")
-
-
 class VideoReader:
     """An open video file: metadata, and clips decoded to the requested size.
 
@@ -232,6 +72,9 @@ class VideoReader:
         metadata: the video's metadata if already known (skips the probe).
         interpolation: swscale filter for the resize; bilinear in swscale widens its filter
             when shrinking, so it does not alias.
+        threads: decoder threads (frame and slice threading above 1). DataLoader workers
+            already decode in parallel, so each should take its share of the cores, not all of
+            them (:func:`decoder_threads_per_worker`).
 
     Raises:
         VideoDecodeError: when the file is missing, empty, not a video, has no video stream or
@@ -239,8 +82,14 @@ class VideoReader:
     """
 
     def __init__(
-        self, path: str, metadata: VideoMetadata | None = None, interpolation: Interpolation = "BILINEAR"
+        self,
+        path: str,
+        metadata: VideoMetadata | None = None,
+        interpolation: Interpolation = "BILINEAR",
+        threads: int = 1,
     ) -> None:
+        if threads < 1:
+            raise ValueError(f"`threads` must be >= 1, got {threads!r}.")
         self.path = str(path)
         self.interpolation = interpolation
         if not os.path.exists(self.path):
@@ -259,6 +108,9 @@ class VideoReader:
                 kinds = sorted(str(s.type) for s in self._container.streams)
                 raise VideoDecodeError(self.path, f"no video stream (streams: {', '.join(kinds) or 'none'})")
             self._stream = self._container.streams.video[0]
+            # FFmpeg's default (slice threads, one per core) gives each of N workers all the cores.
+            self._stream.thread_type = "AUTO" if threads > 1 else "SLICE"
+            self._stream.codec_context.thread_count = threads
             self.metadata = metadata if metadata is not None else self._probe()
         except BaseException:
             self._container.close()
@@ -439,6 +291,15 @@ class VideoReader:
             timestamps=timestamps,
             keyframe_pts=tuple(sorted(keyframes)),
         )
+
+
+def decoder_threads_per_worker() -> int:
+    """This process's share of the cores: ``cores // DataLoader workers`` in a worker, else all cores."""
+    from torch.utils.data import get_worker_info
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    info = get_worker_info()
+    return max(1, cores // info.num_workers) if info is not None else max(1, cores)
 
 
 def probe_video(path: str | os.PathLike[str]) -> VideoMetadata:

@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
     "VIDEO_EXTENSIONS",
@@ -55,12 +56,18 @@ class VideoEntry:
     """One video of a dataset.
 
     Attributes:
-        path: the file, joined with the dataset root.
+        path: the file (or, in a frame dataset, the folder of JPEG frames), joined with the
+            dataset root.
         labels: 0-based class indices; exactly one for a single-label dataset.
+        num_frames: frames the manifest says the folder holds (frame datasets; ``None``: not given).
+        frame_paths: the frame files in display order, when the manifest lists them (PySlowFast's
+            frame-list CSV); empty: list the folder.
     """
 
     path: str
     labels: tuple[int, ...]
+    num_frames: int | None = None
+    frame_paths: tuple[str, ...] = ()
 
     @property
     def label(self) -> int:
@@ -87,6 +94,8 @@ class Manifest:
         multi_label: whether videos may have several labels (targets are multi-hot).
         class_names: names of classes ``0 .. num_classes-1``, when known.
         source: the manifest file or class-folder root it was read from.
+        format: ``"video"`` (one encoded file per entry) or ``"frames"`` (a folder of JPEG
+            frames per entry, see :mod:`lightning_multigrid.data.frame_manifest`).
     """
 
     entries: tuple[VideoEntry, ...]
@@ -94,6 +103,7 @@ class Manifest:
     multi_label: bool = False
     class_names: tuple[str, ...] | None = None
     source: str = ""
+    format: Literal["video", "frames"] = "video"
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -244,6 +254,9 @@ def load_manifest(
 ) -> Manifest:
     """A manifest from a manifest file, a folder of class folders, or an already read one.
 
+    A file whose paths are folders (``folder label [num_frames]``) or that is PySlowFast's
+    frame-list CSV is read as a frame dataset (:func:`~lightning_multigrid.data.frame_manifest.read_frame_manifest`).
+
     Raises:
         FileNotFoundError: when the file or folder does not exist.
         ValueError: when ``root`` or ``class_names`` are given with a folder or a ``Manifest``.
@@ -260,6 +273,10 @@ def load_manifest(
                 "do not pass `root` or `class_names`."
             )
         return read_folder_manifest(source)
+    from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_frame_manifest
+
+    if is_frame_manifest(source, root):
+        return read_frame_manifest(source, root=root, class_names=class_names)
     return read_manifest(source, root=root, class_names=class_names)
 
 

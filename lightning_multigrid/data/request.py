@@ -15,7 +15,7 @@ class ClipRequest(NamedTuple):
     number of workers.
 
     ``TrainVideoDataset(...)[request]`` returns the clip as uint8 ``(3, num_frames, crop_size,
-    crop_size)``; the order of the draws is in :mod:`lightning_multigrid.data.sampling`. A
+    crop_size)``; the order of the draws is in :mod:`lightning_multigrid.data.clip_params`. A
     ``stride_range`` is in source frames at the video's own frame rate (``Stage.sampling_rate``);
     a ``scale_range`` is usually ``MultigridSchedule.jitter_scales_for(crop_size)``.
     """

@@ -23,14 +23,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from lightning_multigrid.data.decode import VideoMetadata
     from lightning_multigrid.data.request import ClipRequest
 
 __all__ = [
     "ClipParams",
+    "ClipSource",
     "check_request",
     "eval_clip_params",
     "frame_indices",
@@ -38,6 +38,19 @@ __all__ = [
     "sample_clip_params",
     "span_frames",
 ]
+
+
+class ClipSource(Protocol):
+    """What sampling reads of a video: a video file's ``VideoMetadata`` or a ``FrameFolder``."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
+
+    @property
+    def num_frames(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +120,7 @@ def check_request(request: ClipRequest) -> None:
         )
 
 
-def sample_clip_params(request: ClipRequest, metadata: VideoMetadata, flip: bool = True) -> ClipParams:
+def sample_clip_params(request: ClipRequest, metadata: ClipSource, flip: bool = True) -> ClipParams:
     """Draw a training clip: random temporal span and stride, short-side scale, crop and flip.
 
     Args:
@@ -134,7 +147,7 @@ def sample_clip_params(request: ClipRequest, metadata: VideoMetadata, flip: bool
 
 
 def eval_clip_params(
-    metadata: VideoMetadata,
+    metadata: ClipSource,
     num_frames: int,
     stride: float,
     short_side: int,

@@ -7,9 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from lightning_multigrid.data.decode import FrameTimestamps, VideoMetadata
-from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampling import (
+from lightning_multigrid.data.clip_params import (
     ClipParams,
     eval_clip_params,
     frame_indices,
@@ -17,6 +15,8 @@ from lightning_multigrid.data.sampling import (
     sample_clip_params,
     span_frames,
 )
+from lightning_multigrid.data.decode import FrameTimestamps, VideoMetadata
+from lightning_multigrid.data.request import ClipRequest
 
 
 def metadata(num_frames: int = 24, width: int = 64, height: int = 48) -> VideoMetadata:

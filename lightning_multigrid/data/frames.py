@@ -1,0 +1,280 @@
+"""Read clips from folders of JPEG frames at a cost that follows the grid.
+
+A clip opens only its sampled frames. libjpeg can decode a JPEG at 1/2, 1/4 or 1/8 of its size by
+scaling the DCT (PIL's ``Image.draft``), for a fraction of the work of a full decode: a coarse grid
+(a small crop from a small short side) is decoded at reduced size, then resized to the exact
+target with the crop box applied inside the resize, so only the crop's pixels are produced.
+Decoding cost therefore falls with the grid, as the model's does; an mp4 decoder must run from the
+keyframe through the clip's whole span whatever the grid.
+
+For decoding on the GPU the workers only read the JPEG bytes (:func:`read_encoded_clip`); see
+:mod:`lightning_multigrid.data.device_decode`.
+
+Example::
+
+    folder = open_frame_folder(VideoEntry("frames/abseiling/x", (0,)))
+    params = eval_clip_params(folder, num_frames=16, stride=4, short_side=128, crop_size=112)
+    clip = read_clip(folder, params)   # uint8 (3, 16, 112, 112)
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from typing import IO
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.decode import VideoDecodeError
+from lightning_multigrid.data.manifest import VideoEntry
+from lightning_multigrid.data.metadata import FrameFolder
+
+__all__ = [
+    "JPEG_EXTENSIONS",
+    "EncodedClip",
+    "FrameFolder",
+    "check_frame_folder",
+    "open_frame_folder",
+    "read_clip",
+    "read_encoded_clip",
+]
+
+JPEG_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg")
+
+# PIL raises these for files that are not images, truncated or damaged.
+_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+
+
+def open_frame_folder(entry: VideoEntry) -> FrameFolder:
+    """List a video's frames (from the manifest, or the folder sorted by frame number) and read their size.
+
+    Raises:
+        VideoDecodeError: when the folder does not exist or holds no JPEG frames, when it holds
+            fewer frames than the manifest's ``num_frames`` or a listed frame is missing, or when
+            the first frame is not a readable JPEG.
+    """
+    folder = entry.path
+    if entry.frame_paths:
+        names = list(entry.frame_paths)
+    else:
+        if not os.path.isdir(folder):
+            raise VideoDecodeError(folder, "the frame folder does not exist")
+        files = [n for n in os.listdir(folder) if n.lower().endswith(JPEG_EXTENSIONS)]
+        if not files:
+            raise VideoDecodeError(folder, f"the frame folder holds no JPEG frames ({'/'.join(JPEG_EXTENSIONS)} files)")
+        names = [os.path.join(folder, n) for n in sorted(files, key=_frame_number)]
+        if entry.num_frames is not None and len(names) < entry.num_frames:
+            raise VideoDecodeError(
+                folder,
+                f"the manifest lists {entry.num_frames} frames but the folder holds {len(names)}: frames are missing "
+                "(extract the video again, or fix the manifest's frame count)",
+            )
+    width, height = _jpeg_size(names[0], folder)
+    pattern = _pattern_of(folder, names)
+    return FrameFolder(folder, width, height, len(names), pattern, () if pattern else tuple(names))
+
+
+def read_clip(folder: FrameFolder, params: ClipParams) -> torch.Tensor:
+    """Decode the frames of ``params`` at reduced size where the grid allows, resized, cropped, flipped.
+
+    Returns:
+        uint8 tensor ``(3, len(params.frame_indices), crop_size, crop_size)``, RGB.
+
+    Raises:
+        VideoDecodeError: when a sampled frame is missing, not a JPEG, damaged, or of another
+            size than the first frame.
+    """
+    _check_params(params, folder)
+    wanted = sorted(set(params.frame_indices))
+    crop = params.crop_size
+    frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
+    for k, index in enumerate(wanted):
+        frames[k] = _decode_frame(folder, index, params)
+    position = {index: k for k, index in enumerate(wanted)}
+    clip = frames[[position[i] for i in params.frame_indices]]  # (T, H, W, C), a copy
+    if params.flip:
+        clip = clip[:, :, ::-1]
+    return torch.from_numpy(np.ascontiguousarray(clip.transpose(3, 0, 1, 2)))
+
+
+class EncodedClip:
+    """A clip's JPEG bytes and its parameters, for decoding on the training device.
+
+    A plain class on purpose: Lightning moves tensors (and dataclass fields) to the device, but
+    the JPEG decoder reads its input from host memory, so the bytes must cross the transfer
+    untouched.
+
+    Attributes:
+        jpegs: the bytes of each distinct sampled frame, in frame order.
+        order: for each output frame, its position in ``jpegs``.
+        params: resize, crop and flip to apply after decoding.
+    """
+
+    __slots__ = ("jpegs", "order", "params")
+
+    def __init__(self, jpegs: list[bytearray], order: tuple[int, ...], params: ClipParams) -> None:
+        self.jpegs = jpegs
+        self.order = order
+        self.params = params
+
+    def __getstate__(self) -> tuple[list[bytearray], tuple[int, ...], ClipParams]:
+        return self.jpegs, self.order, self.params
+
+    def __setstate__(self, state: tuple[list[bytearray], tuple[int, ...], ClipParams]) -> None:
+        self.jpegs, self.order, self.params = state
+
+
+def read_encoded_clip(folder: FrameFolder, params: ClipParams) -> EncodedClip:
+    """Read (not decode) the JPEG bytes of the sampled frames; headers are checked here.
+
+    The header check (a JPEG of the folder's frame size, with its end marker) catches missing,
+    non-JPEG, resized and truncated frames in the worker, where the clip can still be replaced.
+
+    Raises:
+        VideoDecodeError: as :func:`read_clip`, for what the header shows.
+    """
+    _check_params(params, folder)
+    wanted = sorted(set(params.frame_indices))
+    jpegs = []
+    for index in wanted:
+        path = folder.frame_path(index)
+        try:
+            with open(path, "rb") as file:
+                data = bytearray(file.read())
+        except OSError as error:
+            raise VideoDecodeError(folder.path, f"frame {path} cannot be read ({error.strerror or error})") from None
+        size = _jpeg_size_of(io.BytesIO(data), path, folder.path)
+        if size != (folder.width, folder.height):
+            raise VideoDecodeError(folder.path, _size_message(path, size, folder))
+        if not data.rstrip(b"\x00\r\n").endswith(b"\xff\xd9"):
+            raise VideoDecodeError(folder.path, f"frame {path} is truncated (no JPEG end marker)")
+        jpegs.append(data)
+    position = {index: k for k, index in enumerate(wanted)}
+    return EncodedClip(jpegs, tuple(position[i] for i in params.frame_indices), params)
+
+
+def check_frame_folder(entry: VideoEntry) -> FrameFolder:
+    """Decode every frame of a frame folder in full, as ``check-data`` does for videos.
+
+    Raises:
+        VideoDecodeError: naming the first bad frame, or as :func:`open_frame_folder`.
+    """
+    folder = open_frame_folder(entry)
+    for index in range(folder.num_frames):
+        path = folder.frame_path(index)
+        try:
+            with Image.open(path) as image:
+                if image.format != "JPEG":
+                    raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
+                if image.size != (folder.width, folder.height):
+                    raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
+                image.load()
+        except FileNotFoundError:
+            raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
+        except _IMAGE_ERRORS as error:
+            raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({_describe(error)})") from None
+    return folder
+
+
+def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.ndarray:
+    path = folder.frame_path(index)
+    try:
+        with Image.open(path) as image:
+            if image.format != "JPEG":
+                raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
+            if image.size != (folder.width, folder.height):
+                raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
+            # libjpeg picks the largest of 1/1, 1/2, 1/4, 1/8 that keeps the image at least the
+            # resize target, so the final resize only ever shrinks.
+            image.draft("RGB", (params.resize_width, params.resize_height))
+            scale_x = image.width / params.resize_width
+            scale_y = image.height / params.resize_height
+            x, y, crop = params.crop_x, params.crop_y, params.crop_size
+            box = (x * scale_x, y * scale_y, (x + crop) * scale_x, (y + crop) * scale_y)
+            # Resizing only the crop box gives the pixels of resize-then-crop, without the rest.
+            rgb = image if image.mode == "RGB" else image.convert("RGB")
+            return np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+    except VideoDecodeError:
+        raise
+    except FileNotFoundError:
+        raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
+    except _IMAGE_ERRORS as error:
+        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({_describe(error)})") from None
+
+
+def _jpeg_size(path: str, folder: str) -> tuple[int, int]:
+    try:
+        with open(path, "rb") as file:
+            return _jpeg_size_of(file, path, folder)
+    except FileNotFoundError:
+        raise VideoDecodeError(folder, f"frame {path} is missing") from None
+    except OSError as error:
+        raise VideoDecodeError(folder, f"frame {path} cannot be read ({_describe(error)})") from None
+
+
+def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
+    """The size from the JPEG header (PIL reads the header only); a non-JPEG raises."""
+    try:
+        with Image.open(file) as image:
+            if image.format != "JPEG":
+                raise VideoDecodeError(folder, f"frame {path} is not a JPEG ({image.format})")
+            return image.size
+    except _IMAGE_ERRORS as error:
+        raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({_describe(error)})") from None
+
+
+def _frame_number(name: str) -> tuple[int, str]:
+    """Sort key: the last number in the name (so ``img_10`` follows ``img_9``), then the name."""
+    match = _NUMBERED.match(os.path.splitext(name)[0])
+    return (int(match.group(2)) if match else -1, name)
+
+
+def _pattern_of(folder: str, paths: list[str]) -> tuple[str, int, int, str] | None:
+    """``(prefix, digits, first, suffix)`` when the files are consecutive numbers in ``folder``."""
+    first_name = os.path.basename(paths[0])
+    stem, extension = os.path.splitext(first_name)
+    match = _NUMBERED.match(stem)
+    if match is None or any(os.path.dirname(p) != folder for p in paths):
+        return None
+    prefix, number, rest = match.groups()
+    digits = len(number)  # a minimum width: unpadded names start at one digit
+    pattern = (prefix, digits, int(number), rest + extension)
+    expected = (f"{prefix}{pattern[2] + i:0{digits}d}{pattern[3]}" for i in range(len(paths)))
+    if all(os.path.basename(p) == e for p, e in zip(paths, expected)):
+        return pattern
+    return None
+
+
+def _check_params(params: ClipParams, folder: FrameFolder) -> None:
+    if not params.frame_indices or min(params.frame_indices) < 0 or max(params.frame_indices) >= folder.num_frames:
+        raise ValueError(
+            f"`ClipParams.frame_indices` {list(params.frame_indices)} fall outside the "
+            f"{folder.num_frames} frames of {folder.path}; draw them from this folder."
+        )
+    if (
+        params.crop_x < 0
+        or params.crop_y < 0
+        or params.crop_x + params.crop_size > params.resize_width
+        or params.crop_y + params.crop_size > params.resize_height
+    ):
+        raise ValueError(
+            f"The crop box (x={params.crop_x}, y={params.crop_y}, size={params.crop_size}) does not fit "
+            f"the resized frame {params.resize_width}x{params.resize_height}."
+        )
+
+
+def _size_message(path: str, size: tuple[int, int], folder: FrameFolder) -> str:
+    return (
+        f"frame {path} is {size[0]}x{size[1]}, the folder's first frame {folder.width}x{folder.height}: "
+        "frames of one video must share a size"
+    )
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,98 @@
+"""extract-frames: real H.264 videos to JPEG folders, resumable, bad videos reported, CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import VideoFactory
+
+from lightning_multigrid.cli import main
+from lightning_multigrid.data.clip_params import eval_clip_params
+from lightning_multigrid.data.extract import DONE_FILE, extract_frames, extract_video
+from lightning_multigrid.data.frame_manifest import read_frame_manifest
+from lightning_multigrid.data.frames import open_frame_folder, read_clip
+from lightning_multigrid.data.manifest import VideoEntry, load_manifest
+
+
+def jpegs(folder: Path) -> list[str]:
+    return sorted(n for n in os.listdir(folder) if n.endswith(".jpg"))
+
+
+def assert_frames_are(clip: torch.Tensor, indices: list[int]) -> None:
+    """Each frame's mean colour is its source frame's (H.264, YUV->RGB, resize and JPEG drift a few levels)."""
+    for t, index in enumerate(indices):
+        colour = clip[:, t].float().mean(dim=(1, 2))
+        expected = torch.tensor(VideoFactory.frame_colour(index), dtype=torch.float32)
+        assert (colour - expected).abs().max() < 6, (t, index, colour)
+
+
+def test_frames_keep_their_content_order_and_size(videos: VideoFactory, tmp_path: Path) -> None:
+    video = videos.coded("v.mp4", num_frames=20, width=64, height=48)
+    assert extract_video(str(video), str(tmp_path / "out"), short_side=24) == 20
+    folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
+    assert (folder.width, folder.height, folder.num_frames) == (32, 24, 20)
+    params = eval_clip_params(folder, num_frames=20, stride=1, short_side=24, crop_size=24)
+    clip = read_clip(folder, params)
+    assert_frames_are(clip, list(range(20)))
+
+
+def test_fps_resampling_keeps_every_other_frame(videos: VideoFactory, tmp_path: Path) -> None:
+    video = videos.coded("v.mp4", num_frames=24, fps=12)
+    assert extract_video(str(video), str(tmp_path / "out"), fps=6) == 12
+    folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
+    clip = read_clip(folder, eval_clip_params(folder, 12, 1, 48, 48))
+    assert_frames_are(clip, list(range(0, 24, 2)))
+
+
+def test_manifest_resume_and_bad_videos(videos: VideoFactory, tmp_path: Path) -> None:
+    (tmp_path / "train").mkdir()
+    for i in range(3):
+        videos.coded(f"train/v{i}.mp4", num_frames=8)
+    videos.broken("truncated", "train/broken.mp4")
+    (tmp_path / "train.csv").write_text("train/v0.mp4 0\ntrain/broken.mp4 1\ntrain/v1.mp4 1\ntrain/v2.mp4 2\n")
+    manifest = load_manifest(tmp_path / "train.csv")
+    out = tmp_path / "frames"
+    report = extract_frames(manifest, out, workers=2, progress=False)
+    assert (report.extracted, report.already_done) == (3, 0)
+    assert [f.path for f in report.failures] == [str(tmp_path / "train/broken.mp4")]
+    assert "truncated" in str(report.failures[0].error)
+    assert report.manifest == out / "train.txt"
+    assert report.manifest.read_text() == "train/v0 0 8\ntrain/v1 1 8\ntrain/v2 2 8\n"
+    frames = read_frame_manifest(report.manifest)
+    assert frames.format == "frames" and [e.num_frames for e in frames.entries] == [8, 8, 8]
+
+    # An interrupted folder (no .done) is redone; finished ones are skipped.
+    (out / "train/v1" / DONE_FILE).unlink()
+    (out / "train/v1/img_00008.jpg").unlink()
+    again = extract_frames(manifest, out, workers=1, progress=False)
+    assert (again.extracted, again.already_done, len(again.failures)) == (1, 2, 1)
+    assert len(jpegs(out / "train/v1")) == 8
+
+
+def test_refuses_bad_options_and_frame_manifests(videos: VideoFactory, tmp_path: Path) -> None:
+    videos.coded("v.mp4")
+    (tmp_path / "m.csv").write_text("v.mp4 0\n")
+    manifest = load_manifest(tmp_path / "m.csv")
+    for kwargs, match in (({"quality": 0}, "`quality`"), ({"fps": 0.0}, "`fps`"), ({"short_side": 0}, "`short_side`")):
+        with pytest.raises(ValueError, match=match):
+            extract_frames(manifest, tmp_path / "out", progress=False, **kwargs)  # type: ignore[arg-type]
+    report = extract_frames(manifest, tmp_path / "out", progress=False, workers=1)
+    with pytest.raises(ValueError, match="already a frame dataset"):
+        extract_frames(load_manifest(report.manifest), tmp_path / "out2", progress=False)
+
+
+def test_cli_extract_frames_then_check_data(videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    videos.coded("a.mp4", num_frames=6)
+    videos.broken("random_bytes", "b.mp4")
+    (tmp_path / "m.csv").write_text("a.mp4 0\nb.mp4 1\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["extract-frames", str(tmp_path / "m.csv"), str(tmp_path / "out"), "--workers", "1", "--no-progress",
+              "--short-side", "24", "--quality", "80"])
+    assert exit_info.value.code == 1
+    out = capsys.readouterr().out
+    assert f"FAILED {tmp_path / 'b.mp4'}" in out and "1 videos extracted, 0 already done, 1 failed" in out
+    main(["check-data", str(tmp_path / "out" / "m.txt"), "--workers", "1", "--no-progress"])
+    assert "1 of 1 frame folders decode" in capsys.readouterr().out

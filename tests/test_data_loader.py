@@ -1,0 +1,117 @@
+"""ChunkedDataLoader: big batches cut into worker chunks and joined back, on real H.264 files."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.loader import ChunkedBatches, ChunkedDataLoader, chunk, join_batches
+from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
+from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.schedule import MultigridConfig, MultigridSchedule, build_schedule
+
+
+def schedule() -> MultigridSchedule:
+    config = MultigridConfig(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_schedule(config)
+
+
+@pytest.mark.parametrize(
+    ("size", "num_chunks", "min_size", "expected"),
+    [
+        (10, 3, 2, [4, 3, 3]),  # 10 = 4 + 3 + 3: near-equal, the first ones one larger
+        (10, 3, 4, [5, 5]),  # 10 // 4 = 2 chunks of at least 4
+        (3, 8, 1, [1, 1, 1]),  # never more chunks than clips
+        (5, 8, 8, [5]),  # below the minimum: one chunk
+        (128, 14, 8, [10] * 2 + [9] * 12),
+    ],
+)
+def test_chunk_sizes(size: int, num_chunks: int, min_size: int, expected: list[int]) -> None:
+    chunks = chunk(list(range(size)), num_chunks, min_size)
+    assert [len(c) for c in chunks] == expected
+    assert [x for c in chunks for x in c] == list(range(size))  # consecutive, nothing lost
+
+
+def test_chunked_batches_queue_their_part_counts() -> None:
+    chunks = ChunkedBatches([[0, 1, 2, 3], [4], [5, 6]], num_chunks=2, min_chunk_size=1)
+    assert list(chunks) == [[0, 1], [2, 3], [4], [5], [6]]
+    assert list(chunks.parts) == [2, 1, 2]
+    with pytest.raises(ValueError, match="`num_chunks` and `min_chunk_size` must be >= 1"):
+        ChunkedBatches([], num_chunks=0, min_chunk_size=1)
+
+
+def make_batch_sampler(dataset: TrainVideoDataset, epoch: int = 0, sampler: Any = None) -> ShortCycleBatchSampler:
+    sampler = sampler or EpochShardSampler(len(dataset), seed=5)
+    batch_sampler = ShortCycleBatchSampler(sampler, schedule(), seed=5)
+    batch_sampler.set_epoch(epoch)
+    return batch_sampler
+
+
+def test_same_batches_as_a_plain_loader_across_epochs(synthetic_dataset: SyntheticDataset) -> None:
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
+    batch_sampler = make_batch_sampler(dataset)
+    chunked = ChunkedDataLoader(
+        dataset, batch_sampler=batch_sampler, min_chunk_size=2, num_workers=2, collate_fn=collate_clips,
+        persistent_workers=True,
+    )
+    assert isinstance(chunked.batch_sampler, ShortCycleBatchSampler)  # what Lightning reads
+    plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
+    for epoch in (0, 1):
+        batch_sampler.set_epoch(epoch)
+        plain.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+        expected = list(plain)
+        got = list(chunked)
+        assert len(chunked) == len(plain) == len(got) == len(expected)
+        assert max(b["video"].shape[0] for b in got) >= 4  # some batches were cut in two
+        for ours, theirs in zip(got, expected):
+            assert torch.equal(ours["video"], theirs["video"]) and torch.equal(ours["index"], theirs["index"])
+            assert torch.equal(ours["label"], theirs["label"]) and ours["skipped"] == theirs["skipped"]
+
+
+def test_an_abandoned_epoch_does_not_mix_the_next(synthetic_dataset: SyntheticDataset) -> None:
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
+    loader = ChunkedDataLoader(
+        dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=1, num_workers=2,
+        collate_fn=collate_clips, persistent_workers=True,
+    )
+    for batch in loader:
+        break  # as limit_train_batches does
+    full = [b["index"].tolist() for b in loader]
+    assert full == [b["index"].tolist() for b in DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)]
+
+
+def test_lightning_re_creates_it_with_its_sampler(synthetic_dataset: SyntheticDataset) -> None:
+    from lightning_fabric.utilities.data import _replace_dunder_methods
+    from pytorch_lightning.utilities.data import _update_dataloader
+
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=2,
+                                   num_workers=2, collate_fn=collate_clips)
+    injected: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=0)
+    updated = _update_dataloader(loader, injected)
+    assert isinstance(updated, ChunkedDataLoader) and updated.min_chunk_size == 2 and updated.num_workers == 2
+    assert updated.batch_sampler.sampler is injected  # type: ignore[union-attr]
+    assert len(list(updated)) == len(updated)
+
+
+def test_join_batches_pathways_views_and_refusals() -> None:
+    parts = [
+        {"video": [torch.zeros(2, 3, 1), torch.zeros(2, 3, 4)], "label": torch.tensor([0, 1]), "skipped": ["a"],
+         "view": torch.tensor([0, 1])},
+        {"video": [torch.ones(1, 3, 1), torch.ones(1, 3, 4)], "label": torch.tensor([2]), "skipped": [],
+         "view": torch.tensor([2])},
+    ]
+    joined = join_batches(parts)
+    assert [p.shape for p in joined["video"]] == [(3, 3, 1), (3, 3, 4)]
+    assert joined["label"].tolist() == [0, 1, 2] and joined["view"].tolist() == [0, 1, 2]
+    assert joined["skipped"] == ["a"]
+    with pytest.raises(TypeError, match="cannot join batch key 'x'"):
+        join_batches([{"x": 1.0}, {"x": 2.0}])
