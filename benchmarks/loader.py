@@ -16,10 +16,10 @@ the coarsest/base ratio and frames/mp4 at the base grid.
   (``decode_clips``), synchronised before the clock is read.
 
 A row runs until ``--seconds`` have passed and ``3 * --workers`` batches have come after the first
-``--workers`` batches (worker start-up and the first prefetch are not timed); every row is measured ``--repeat`` times, round robin, and
-the best kept, since other load on a shared machine only ever slows a row down. Beside clips/s it
-prints clips per CPU-second (main process and workers together, from ``/proc``), which other load
-does not move.
+``--workers`` batches (worker start-up and the first prefetch are not timed); every row is measured
+``--repeat`` times, round robin, and the best kept, since other load on a shared machine only ever
+slows a row down. Beside clips/s it prints clips per CPU-second (main process and workers together,
+from ``/proc``), which other load does not move.
 
 Run::
 
@@ -245,7 +245,7 @@ class PyTorchVideoClips(Dataset[dict[str, Any]]):
         return {"video": frames, "label": 0, "index": request.index, "skipped": ()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--videos", type=int, default=6, help="videos per source (6)")
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per row, at least (3)")
@@ -260,21 +260,83 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--chunking", action="store_true", help="compare whole batches with worker chunks instead")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def selected_grids(wanted: str | None) -> list[Grid]:
+    """The benchmark schedule's grids, only those named in ``--grids`` when given."""
     schedule = build_schedule(
         MultigridConfig(batch_size=8, num_frames=16, crop_size=112, sampling_rate=4, max_epochs=100, milestones=(50, 80))
     )
     grids = schedule_grids(schedule)
-    if args.grids:
-        wanted = args.grids.split(",")
-        grids = [g for g in grids if g.name.split()[0] in wanted]
+    if wanted:
+        names = wanted.split(",")
+        grids = [g for g in grids if g.name.split()[0] in names]
+    return grids
+
+
+def selected_sources(args: argparse.Namespace) -> list[Source]:
     sources = []
     if args.small:
         width, height = map(int, args.small.split("x"))
         sources.append(Source(f"{args.small} 5s gop250", width, height, 5.0, 30.0, None))
     if args.kinetics:
         sources += [Source("340x256 10s gop250", 340, 256, 10.0, 30.0, 250), Source("340x256 10s gop12", 340, 256, 10.0, 30.0, 12)]
+    return sources
+
+
+def source_datasets(
+    manifest: Path, source: Source, frames_dir: Path, formats: list[str], decodes: list[str], args: argparse.Namespace
+) -> list[tuple[str, str, TrainVideoDataset | PyTorchVideoClips]]:
+    """``(format, decode, dataset)`` per row of one source; extracts the frame dataset when asked for."""
+    datasets: list[tuple[str, str, TrainVideoDataset | PyTorchVideoClips]] = []
+    if "mp4" in formats:
+        datasets.append(("mp4", "cpu", TrainVideoDataset(manifest)))
+    if args.pytorchvideo:
+        paths = [e.path for e in load_manifest(manifest).entries]
+        datasets.append(("mp4 pytorchvideo", "cpu", PyTorchVideoClips(paths, source.fps)))
+    if "frames" in formats:
+        started = time.perf_counter()
+        report = extract_frames(load_manifest(manifest), frames_dir, workers=args.workers, progress=False)
+        mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
+        jpeg_bytes = sum(p.stat().st_size for p in report.manifest.parent.rglob("*.jpg"))
+        print(
+            f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s; frames take "
+            f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
+            file=sys.stderr,
+        )
+        for decode in decodes:
+            datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
+    return datasets
+
+
+def measure_cases(
+    cases: list[tuple[str, str, Any, Grid]], source: Source, seed: int, args: argparse.Namespace
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Best clips/s and best clips per CPU-second of each case, keyed by its index in ``cases``."""
+    best: dict[int, float] = {}
+    best_cpu: dict[int, float] = {}
+    # Round robin, best of --repeat: other load on a shared machine only ever slows a row down.
+    for _ in range(args.repeat):
+        for k, (fmt, decode, dataset, grid) in enumerate(cases):
+            loader = DataLoader(
+                dataset, batch_sampler=requests_for(grid, args.videos, seed=seed),
+                collate_fn=collate_clips, num_workers=args.workers,
+            )
+            rate, per_cpu = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
+            del loader
+            best[k] = max(best.get(k, 0.0), rate)
+            if per_cpu is not None:
+                best_cpu[k] = max(best_cpu.get(k, 0.0), per_cpu)
+            cpu_text = f", {per_cpu:.1f} per CPU-second" if per_cpu is not None else ""
+            print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s{cpu_text}", file=sys.stderr)
+    return best, best_cpu
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    grids = selected_grids(args.grids)
+    sources = selected_sources(args)
     formats = args.formats.split(",")
     decodes = args.decode.split(",") if args.decode else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     print(
@@ -289,50 +351,18 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             manifest = make_videos(Path(tmp) / f"videos{number}", source, args.videos)
             print(f"{source.name}: wrote {args.videos} videos in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-            datasets: list[tuple[str, str, TrainVideoDataset | PyTorchVideoClips]] = []
-            if "mp4" in formats:
-                datasets.append(("mp4", "cpu", TrainVideoDataset(manifest)))
-            if args.pytorchvideo:
-                paths = [e.path for e in load_manifest(manifest).entries]
-                datasets.append(("mp4 pytorchvideo", "cpu", PyTorchVideoClips(paths, source.fps)))
-            if "frames" in formats:
-                started = time.perf_counter()
-                report = extract_frames(load_manifest(manifest), Path(tmp) / f"frames{number}", workers=args.workers, progress=False)
-                mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
-                jpeg_bytes = sum(p.stat().st_size for p in report.manifest.parent.rglob("*.jpg"))
-                print(
-                    f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s; frames take "
-                    f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
-                    file=sys.stderr,
-                )
-                for decode in decodes:
-                    datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
+            datasets = source_datasets(manifest, source, Path(tmp) / f"frames{number}", formats, decodes, args)
             # Grid by grid, so the formats compared at one grid are measured close in time.
             cases = [
                 (fmt, decode, dataset, grid)
                 for grid, (fmt, decode, dataset) in itertools.product(grids, datasets)
                 if fmt != "mp4 pytorchvideo" or grid.name in ("base", "coarsest")
             ]
-            best: dict[int, float] = {}
-            best_cpu: dict[int, float] = {}
-            # Round robin, best of --repeat: other load on a shared machine only ever slows a row down.
-            for _ in range(args.repeat):
-                for k, (fmt, decode, dataset, grid) in enumerate(cases):
-                    loader = DataLoader(
-                        dataset, batch_sampler=requests_for(grid, args.videos, seed=number),
-                        collate_fn=collate_clips, num_workers=args.workers,
-                    )
-                    rate, per_cpu = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
-                    del loader
-                    best[k] = max(best.get(k, 0.0), rate)
-                    if per_cpu is not None:
-                        best_cpu[k] = max(best_cpu.get(k, 0.0), per_cpu)
-                    cpu_text = f", {per_cpu:.1f} per CPU-second" if per_cpu is not None else ""
-                    print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s{cpu_text}", file=sys.stderr)
+            best, best_cpu = measure_cases(cases, source, number, args)
             if args.chunking:
                 compare_chunking(source, datasets, grids, args)
                 continue
-            for k, (fmt, decode, dataset, grid) in enumerate(cases):
+            for k, (fmt, decode, _dataset, grid) in enumerate(cases):
                 shape = grid.shape
                 rows.append({
                     "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,

@@ -232,9 +232,8 @@ def device_name(args: argparse.Namespace) -> str:
 SOURCES = ("mp4", "frames", "frames-gpu", "memory")
 
 
-def main() -> None:
-    args = parse_args()
-    on_gpu = torch.cuda.is_available() and args.accelerator != "cpu"
+def check_sources(args: argparse.Namespace, on_gpu: bool) -> list[str]:
+    """The ``--source`` list (``auto`` resolved for the machine); exits on a name it does not know."""
     if args.source == "auto":
         sources = ["mp4", "frames", "frames-gpu"] if on_gpu else ["mp4", "memory"]
     else:
@@ -244,45 +243,41 @@ def main() -> None:
         raise SystemExit(f"--source: unknown {unknown}; choose from {', '.join(SOURCES)}")
     if "frames-gpu" in sources and not on_gpu:
         raise SystemExit("--source frames-gpu needs CUDA and --accelerator gpu (or auto)")
+    return sources
+
+
+def prepare_data(args: argparse.Namespace, data_dir: Path, sources: list[str]) -> tuple[str, tuple[Path, ...] | None]:
+    """Write the synthetic videos unless ``data_dir`` has them, and extract frames when a source reads them.
+
+    Returns:
+        The data's description for the report, and the frame datasets' train and val manifests (or ``None``).
+    """
     width, height = (340, 256) if args.kinetics_like else map(int, args.video_size.split("x"))
     video_frames, fps = (300, 30.0) if args.kinetics_like else (args.video_frames, args.fps)
-    backbones = args.backbone.split(",")
-    results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        data_dir = args.data or Path(scratch) / "synthetic"
-        data = f"the videos of {data_dir}"
-        if not (data_dir / "train.csv").exists():
-            data = (
-                f"{args.num_train} synthetic training videos ({width}x{height}, {video_frames} frames at {fps:g} fps, "
-                f"texture cell {args.texture_cell} px)"
-            )
-            started = time.perf_counter()
-            generate_synthetic_dataset(
-                data_dir, num_train=args.num_train, num_val=args.num_val, seed=0, texture_cell=args.texture_cell,
-                width=width, height=height, num_frames=video_frames, fps=fps,
-            )
-            print(f"wrote the videos in {time.perf_counter() - started:.0f} s", flush=True)
-        frame_manifests = None
-        if any(s.startswith("frames") for s in sources):
-            started = time.perf_counter()
-            frame_manifests = tuple(
-                extract_frames(load_manifest(data_dir / f"{split}.csv"), data_dir / "frames", progress=False).manifest
-                for split in ("train", "val")
-            )
-            print(f"extracted frames in {time.perf_counter() - started:.0f} s (not timed below)", flush=True)
-        for backbone, source in itertools.product(backbones, sources):
-            dataset = None
-            if source == "memory":
-                dataset = FramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
-            manifests = frame_manifests if source.startswith("frames") else None
-            decode = "device" if source == "frames-gpu" else "workers"
-            results[backbone, source] = {
-                name: run(args, data_dir, multigrid, dataset, backbone, manifests, decode)  # type: ignore[arg-type]
-                for name, multigrid in (("baseline", False), ("multigrid", True))
-            }
-            for name, result in results[backbone, source].items():
-                print(f"{backbone} {source} {name}: {result['seconds']:.1f} s, top-1 {result['top1']:.3f}", flush=True)
+    data = f"the videos of {data_dir}"
+    if not (data_dir / "train.csv").exists():
+        data = (
+            f"{args.num_train} synthetic training videos ({width}x{height}, {video_frames} frames at {fps:g} fps, "
+            f"texture cell {args.texture_cell} px)"
+        )
+        started = time.perf_counter()
+        generate_synthetic_dataset(
+            data_dir, num_train=args.num_train, num_val=args.num_val, seed=0, texture_cell=args.texture_cell,
+            width=width, height=height, num_frames=video_frames, fps=fps,
+        )
+        print(f"wrote the videos in {time.perf_counter() - started:.0f} s", flush=True)
+    frame_manifests = None
+    if any(s.startswith("frames") for s in sources):
+        started = time.perf_counter()
+        frame_manifests = tuple(
+            extract_frames(load_manifest(data_dir / f"{split}.csv"), data_dir / "frames", progress=False).manifest
+            for split in ("train", "val")
+        )
+        print(f"extracted frames in {time.perf_counter() - started:.0f} s (not timed below)", flush=True)
+    return data, frame_manifests
 
+
+def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, dict[str, Any]]], data: str) -> None:
     print(f"\nbaseline vs multigrid, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
           f"LR {args.lr:g}, {args.precision}, {data}, on {device_name(args)}")
     print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6}")
@@ -302,6 +297,31 @@ def main() -> None:
     for (backbone, source), pair in results.items():
         rates = ", ".join(f"{t}x{c}: {r:.0f}" for (t, c), r in pair["multigrid"]["grid_rates"].items())
         print(f"{backbone} {source}: {rates}")
+
+
+def main() -> None:
+    args = parse_args()
+    on_gpu = torch.cuda.is_available() and args.accelerator != "cpu"
+    sources = check_sources(args, on_gpu)
+    backbones = args.backbone.split(",")
+    results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        data_dir = args.data or Path(scratch) / "synthetic"
+        data, frame_manifests = prepare_data(args, data_dir, sources)
+        for backbone, source in itertools.product(backbones, sources):
+            dataset = None
+            if source == "memory":
+                dataset = FramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
+            manifests = frame_manifests if source.startswith("frames") else None
+            decode = "device" if source == "frames-gpu" else "workers"
+            results[backbone, source] = {
+                name: run(args, data_dir, multigrid, dataset, backbone, manifests, decode)  # type: ignore[arg-type]
+                for name, multigrid in (("baseline", False), ("multigrid", True))
+            }
+            for name, result in results[backbone, source].items():
+                print(f"{backbone} {source} {name}: {result['seconds']:.1f} s, top-1 {result['top1']:.3f}", flush=True)
+
+    print_results(args, results, data)
 
 
 if __name__ == "__main__":

@@ -87,43 +87,55 @@ class VideoFactory:
         if kind == "empty":
             path.write_bytes(b"")
         elif kind == "truncated":
-            # moov at the front, so the container opens and the missing half shows only later.
-            container = av.open(str(path), "w", options={"movflags": "faststart"})
-            stream = container.add_stream("libx264", rate=12)
-            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-            rng = np.random.default_rng(0)
-            for _ in range(24):
-                image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
-                for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-                    container.mux(packet)
-            for packet in stream.encode():
-                container.mux(packet)
-            container.close()
-            data = path.read_bytes()
-            path.write_bytes(data[: len(data) // 2])
+            _write_truncated(path)
         elif kind == "random_bytes":
             path.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
         elif kind == "audio_only":
-            container = av.open(str(path), "w")
-            stream = container.add_stream("aac", rate=16000)
-            for i in range(8):
-                frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
-                frame.sample_rate, frame.pts = 16000, i * 1024
-                for packet in stream.encode(frame):
-                    container.mux(packet)
-            for packet in stream.encode():
-                container.mux(packet)
-            container.close()
+            _write_audio_only(path)
         elif kind in ("zero_frames", "no_video_track"):
-            # AVI keeps a video stream with no frames; MP4 drops an empty track altogether.
-            container = av.open(str(path), "w")
-            stream = container.add_stream("mpeg4" if kind == "zero_frames" else "libx264", rate=12)
-            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
-            container.start_encoding()
-            container.close()
+            _write_without_frames(path, kind)
         else:
             raise ValueError(f"unknown kind {kind!r}")
         return path
+
+
+def _write_truncated(path: Path) -> None:
+    # moov at the front, so the container opens and the missing half shows only later.
+    container = av.open(str(path), "w", options={"movflags": "faststart"})
+    stream = container.add_stream("libx264", rate=12)
+    stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+    rng = np.random.default_rng(0)
+    for _ in range(24):
+        image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+        for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+    container.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _write_audio_only(path: Path) -> None:
+    container = av.open(str(path), "w")
+    stream = container.add_stream("aac", rate=16000)
+    for i in range(8):
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+        frame.sample_rate, frame.pts = 16000, i * 1024
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode():
+        container.mux(packet)
+    container.close()
+
+
+def _write_without_frames(path: Path, kind: BrokenKind) -> None:
+    # AVI keeps a video stream with no frames; MP4 drops an empty track altogether.
+    container = av.open(str(path), "w")
+    stream = container.add_stream("mpeg4" if kind == "zero_frames" else "libx264", rate=12)
+    stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+    container.start_encoding()
+    container.close()
 
 
 @pytest.fixture

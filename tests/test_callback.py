@@ -111,7 +111,9 @@ def warmup_cosine(step: int, total: int, warmup: int = 10) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
 
 
-def fit(model: pl.LightningModule, datamodule: MultigridVideoDataModule, callback: MultigridCallback, **trainer_args: Any) -> pl.Trainer:
+def fit(
+    model: pl.LightningModule, datamodule: MultigridVideoDataModule, callback: MultigridCallback, **trainer_args: Any
+) -> pl.Trainer:
     pl.seed_everything(0, verbose=False)
     args: dict[str, Any] = dict(
         max_epochs=MAX_EPOCHS, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
@@ -163,7 +165,8 @@ def test_every_step_follows_the_schedule(synthetic_dataset, train_manifest, cycl
                 baseline_step = math.floor(baseline_epoch * baseline_steps_per_epoch + 1e-6)
                 expected_lr = BASE_LR * warmup_cosine(baseline_step, MAX_EPOCHS * baseline_steps_per_epoch) * stage.lr_factor
             else:
-                expected_lr = one_cycle_lr(math.floor(baseline_epoch * baseline_steps_per_epoch + 1e-6), MAX_EPOCHS * clips) * stage.lr_factor
+                baseline_step = math.floor(baseline_epoch * baseline_steps_per_epoch + 1e-6)
+                expected_lr = one_cycle_lr(baseline_step, MAX_EPOCHS * clips) * stage.lr_factor
             assert step["lr"] == pytest.approx(expected_lr, rel=1e-6), (epoch, step["batch_idx"])
     # The long cycle really varied the grid and the BN grouping (when on).
     if cycles != "short only":

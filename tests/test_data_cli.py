@@ -79,7 +79,9 @@ def test_make_synthetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert (out_dir / "train.csv").read_text().splitlines()[0] == "train/checker_left/00000.mp4 0"
     report = check_videos(train, workers=1, progress=False)
     assert report.ok
-    shapes = {(r.metadata.width, r.metadata.height, r.metadata.num_frames, round(r.metadata.fps)) for r in report.results if r.metadata}
+    shapes = {
+        (r.metadata.width, r.metadata.height, r.metadata.num_frames, round(r.metadata.fps)) for r in report.results if r.metadata
+    }
     assert shapes == {(64, 48, 16, 8)}
 
 

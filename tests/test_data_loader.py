@@ -81,10 +81,11 @@ def test_an_abandoned_epoch_does_not_mix_the_next(synthetic_dataset: SyntheticDa
         dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=1, num_workers=2,
         collate_fn=collate_clips, persistent_workers=True,
     )
-    for batch in loader:
+    for _batch in loader:
         break  # as limit_train_batches does
     full = [b["index"].tolist() for b in loader]
-    assert full == [b["index"].tolist() for b in DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)]
+    reference = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
+    assert full == [b["index"].tolist() for b in reference]
 
 
 def test_lightning_re_creates_it_with_its_sampler(synthetic_dataset: SyntheticDataset) -> None:

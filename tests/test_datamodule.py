@@ -16,8 +16,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule, normalize_video
 from lightning_multigrid.data.decode import VideoDecodeError
-from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
+from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 # Base shape B=1, T=8, S=32, tau=2; the 16-video synthetic set gives 1 to 7 batches an epoch.

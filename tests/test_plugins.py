@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
+from conftest import run_ddp_script
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from conftest import run_ddp_script
 from lightning_multigrid.norm import MultigridBatchNorm
 from lightning_multigrid.plugins import MultigridBatchNormSync, check_no_torch_sync_batchnorm
 

@@ -53,6 +53,74 @@ class _LoaderKey(NamedTuple):
     resume: tuple[int, int] | None = None  # (epoch, iteration) a mid-epoch resume starts at
 
 
+def _check_sizes(
+    *,
+    frame_decode: str,
+    batch_size: int,
+    num_frames: int,
+    crop_size: int,
+    sampling_rate: int,
+    num_views: int,
+    num_workers: int,
+    num_crops: int,
+    slowfast_alpha: int | None,
+) -> None:
+    """Raise ``ValueError`` on a decode mode, size or count out of range, naming the argument."""
+    if frame_decode not in ("workers", "device"):
+        raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
+    for name, value, low in (
+        ("batch_size", batch_size, 1),
+        ("num_frames", num_frames, 1),
+        ("crop_size", crop_size, 1),
+        ("sampling_rate", sampling_rate, 1),
+        ("num_views", num_views, 1),
+        ("num_workers", num_workers, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+    if num_crops not in (1, 3):
+        raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
+    if slowfast_alpha is not None and (
+        isinstance(slowfast_alpha, bool) or not isinstance(slowfast_alpha, int) or slowfast_alpha < 1
+    ):
+        raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
+
+
+def _check_jitter_scales(jitter_scales: tuple[int, int] | None, crop_size: int) -> tuple[int, int] | None:
+    """``jitter_scales`` as ints, or ``None``; raises ``ValueError`` when the crop would not fit."""
+    if jitter_scales is None:
+        return None
+    jitter_scales = (int(jitter_scales[0]), int(jitter_scales[1]))
+    if not 0 < jitter_scales[0] <= jitter_scales[1]:
+        raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
+    if jitter_scales[0] < crop_size:
+        raise ValueError(
+            f"`jitter_scales` min {jitter_scales[0]} is smaller than `crop_size`={crop_size}: "
+            "the crop would not fit; raise the min scale."
+        )
+    return jitter_scales
+
+
+def _check_normalization(mean: tuple[float, float, float], std: tuple[float, float, float]) -> None:
+    for name, stats in (("mean", mean), ("std", std)):
+        if len(stats) != 3:
+            raise ValueError(f"`{name}` must have 3 values (R, G, B), got {stats!r}.")
+    if not all(s > 0 for s in std):
+        raise ValueError(f"`std` must be > 0, got {std!r}.")
+
+
+def _check_synthetic(synthetic_size: tuple[int, int], **manifest_args: str | None) -> None:
+    """With ``synthetic_dir``: no manifest arguments, and ``(train, val)`` counts >= 1."""
+    given = [name for name, value in manifest_args.items() if value is not None]
+    if given:
+        raise ValueError(
+            f"`synthetic_dir` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
+            "also given: pass either `synthetic_dir` or your manifests."
+        )
+    if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
+        raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
+
+
 class MultigridVideoDataModule(pl.LightningDataModule):
     """Video classification data for multigrid (or baseline) training.
 
@@ -145,49 +213,19 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         chunk_batches: bool = True,
     ) -> None:
         super().__init__()
-        if frame_decode not in ("workers", "device"):
-            raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
-        for name, value, low in (
-            ("batch_size", batch_size, 1),
-            ("num_frames", num_frames, 1),
-            ("crop_size", crop_size, 1),
-            ("sampling_rate", sampling_rate, 1),
-            ("num_views", num_views, 1),
-            ("num_workers", num_workers, 0),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
-        if num_crops not in (1, 3):
-            raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
-        if slowfast_alpha is not None and (
-            isinstance(slowfast_alpha, bool) or not isinstance(slowfast_alpha, int) or slowfast_alpha < 1
-        ):
-            raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
-        if jitter_scales is not None:
-            jitter_scales = (int(jitter_scales[0]), int(jitter_scales[1]))
-            if not 0 < jitter_scales[0] <= jitter_scales[1]:
-                raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
-            if jitter_scales[0] < crop_size:
-                raise ValueError(
-                    f"`jitter_scales` min {jitter_scales[0]} is smaller than `crop_size`={crop_size}: "
-                    "the crop would not fit; raise the min scale."
-                )
-        for name, stats in (("mean", mean), ("std", std)):
-            if len(stats) != 3:
-                raise ValueError(f"`{name}` must have 3 values (R, G, B), got {stats!r}.")
-        if not all(s > 0 for s in std):
-            raise ValueError(f"`std` must be > 0, got {std!r}.")
+        _check_sizes(
+            frame_decode=frame_decode, batch_size=batch_size, num_frames=num_frames, crop_size=crop_size,
+            sampling_rate=sampling_rate, num_views=num_views, num_workers=num_workers, num_crops=num_crops,
+            slowfast_alpha=slowfast_alpha,
+        )
+        # Rebinds the local too: save_hyperparameters() below records the int pair.
+        jitter_scales = _check_jitter_scales(jitter_scales, crop_size)
+        _check_normalization(mean, std)
         if synthetic_dir is not None:
-            given = [n for n, v in (("train_manifest", train_manifest), ("val_manifest", val_manifest),
-                                    ("test_manifest", test_manifest), ("root_dir", root_dir),
-                                    ("class_names", class_names)) if v is not None]
-            if given:
-                raise ValueError(
-                    f"`synthetic_dir` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
-                    "also given: pass either `synthetic_dir` or your manifests."
-                )
-            if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
-                raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
+            _check_synthetic(
+                synthetic_size, train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,
+                root_dir=root_dir, class_names=class_names,
+            )
 
         self.train_manifest = train_manifest
         self.val_manifest = val_manifest

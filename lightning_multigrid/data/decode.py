@@ -238,14 +238,13 @@ class VideoReader:
         finally:
             context.skip_frame = "DEFAULT"
 
-    def _probe(self) -> VideoMetadata:
-        """Timestamps and keyframes from the packets; only the headers are read, nothing decoded."""
-        stream = self._stream
+    def _read_packets(self) -> tuple[list[int], set[int], int]:
+        """The packets' timestamps (in file order), the keyframes' and the number of packets (pre-roll included)."""
         pts_list: list[int] = []
         keyframes: set[int] = set()
         packets = 0
         try:
-            for packet in self._container.demux(stream):
+            for packet in self._container.demux(self._stream):
                 if packet.size == 0:
                     continue  # end-of-stream marker
                 packets += 1
@@ -261,6 +260,12 @@ class VideoReader:
             raise VideoDecodeError(
                 self.path, f"reading packets failed after {packets} frames ({_describe(error)})"
             ) from None
+        return pts_list, keyframes, packets
+
+    def _probe(self) -> VideoMetadata:
+        """Timestamps and keyframes from the packets; only the headers are read, nothing decoded."""
+        stream = self._stream
+        pts_list, keyframes, packets = self._read_packets()
         if not pts_list:
             raise VideoDecodeError(self.path, "the video stream has no frames")
         if stream.frames and packets < stream.frames:

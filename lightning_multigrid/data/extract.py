@@ -140,18 +140,7 @@ def extract_frames(
         ValueError: on out-of-range options, a frame manifest as input, or two videos that
             would share a folder.
     """
-    from tqdm import tqdm
-
-    if manifest.format != "video":
-        raise ValueError(f"{manifest.source} is already a frame dataset: `extract-frames` reads video manifests.")
-    if short_side is not None and short_side < 1:
-        raise ValueError(f"`short_side` must be >= 1, got {short_side!r}.")
-    if fps is not None and not fps > 0:
-        raise ValueError(f"`fps` must be > 0, got {fps!r}.")
-    if not 1 <= quality <= 100:
-        raise ValueError(f"`quality` must be in [1, 100], got {quality!r}.")
-    if workers is not None and workers < 0:
-        raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
+    _check_options(manifest, short_side, fps, quality, workers)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     folders = _folders_for(manifest, out)
@@ -165,6 +154,41 @@ def extract_frames(
             jobs.append(_Job(entry.path, folder, short_side, fps, quality))
     already_done = len(done)
     failures: list[VideoCheck] = []
+    _run_jobs(jobs, workers, progress, done, failures)
+    name = manifest_name or f"{Path(manifest.source).stem or 'frames'}.txt"
+    entries = [
+        VideoEntry(folder, entry.labels, done[entry.path])
+        for entry, folder in zip(manifest.entries, folders)
+        if entry.path in done
+    ]
+    manifest_path = out / name
+    write_frame_manifest(manifest_path, entries, root=out)
+    if manifest.class_names is not None:
+        (out / "classnames.txt").write_text("".join(f"{n}\n" for n in manifest.class_names), encoding="utf-8")
+    return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures))
+
+
+def _check_options(
+    manifest: Manifest, short_side: int | None, fps: float | None, quality: int, workers: int | None
+) -> None:
+    if manifest.format != "video":
+        raise ValueError(f"{manifest.source} is already a frame dataset: `extract-frames` reads video manifests.")
+    if short_side is not None and short_side < 1:
+        raise ValueError(f"`short_side` must be >= 1, got {short_side!r}.")
+    if fps is not None and not fps > 0:
+        raise ValueError(f"`fps` must be > 0, got {fps!r}.")
+    if not 1 <= quality <= 100:
+        raise ValueError(f"`quality` must be in [1, 100], got {quality!r}.")
+    if workers is not None and workers < 0:
+        raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
+
+
+def _run_jobs(
+    jobs: list[_Job], workers: int | None, progress: bool, done: dict[str, int], failures: list[VideoCheck]
+) -> None:
+    """Extract the videos of ``jobs`` in this process or a process pool, recording each result."""
+    from tqdm import tqdm
+
     processes = min((os.cpu_count() or 1) if workers is None else workers, len(jobs))
     bar = tqdm(total=len(jobs), unit="video", desc="extract-frames", disable=not progress, file=sys.stderr)
     with bar:
@@ -178,17 +202,6 @@ def extract_frames(
                 for job, (count, error) in zip(jobs, pool.map(_run_job, jobs, chunksize=1)):
                     _record(job, count, error, done, failures)
                     bar.update()
-    name = manifest_name or f"{Path(manifest.source).stem or 'frames'}.txt"
-    entries = [
-        VideoEntry(folder, entry.labels, done[entry.path])
-        for entry, folder in zip(manifest.entries, folders)
-        if entry.path in done
-    ]
-    manifest_path = out / name
-    write_frame_manifest(manifest_path, entries, root=out)
-    if manifest.class_names is not None:
-        (out / "classnames.txt").write_text("".join(f"{n}\n" for n in manifest.class_names), encoding="utf-8")
-    return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures))
 
 
 def _run_job(job: _Job) -> tuple[int, str | None]:

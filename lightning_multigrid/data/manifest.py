@@ -120,39 +120,48 @@ def read_class_names(path: str | os.PathLike[str]) -> tuple[str, ...]:
     if not file.is_file():
         raise FileNotFoundError(f"Class-names file {file} does not exist: check `class_names`.")
     text = file.read_text(encoding="utf-8")
-    if file.suffix == ".json":
-        try:
-            mapping = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ManifestError(f"{file}:{error.lineno}: not valid JSON ({error.msg}).") from None
-        if not isinstance(mapping, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in mapping.values()
-        ):
-            raise ManifestError(f"{file}: expected a JSON object mapping class names to integer indices.")
-        if sorted(mapping.values()) != list(range(len(mapping))):
-            raise ManifestError(
-                f"{file}: class indices must be 0 .. {len(mapping) - 1} without gaps or repeats, "
-                f"got {sorted(mapping.values())[:10]}..."
-            )
-        names = [""] * len(mapping)
-        for name, index in mapping.items():
-            names[index] = str(name)
-    else:
-        names = []
-        seen: dict[str, int] = {}
-        for line_number, line in enumerate(text.splitlines(), start=1):
-            name = line.strip()
-            if not name:
-                continue
-            if name in seen:
-                raise ManifestError(
-                    f"{file}:{line_number}: class name {name!r} repeats line {seen[name]}; names must be unique."
-                )
-            seen[name] = line_number
-            names.append(name)
+    names = _class_names_from_json(file, text) if file.suffix == ".json" else _class_names_from_lines(file, text)
     if not names:
         raise ManifestError(f"{file}: the class-names file is empty: write one class name per line.")
     return tuple(names)
+
+
+def _class_names_from_json(file: Path, text: str) -> list[str]:
+    """PySlowFast's ``classids.json``: ``{name: index}`` with indices ``0 .. n - 1``."""
+    try:
+        mapping = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ManifestError(f"{file}:{error.lineno}: not valid JSON ({error.msg}).") from None
+    if not isinstance(mapping, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in mapping.values()
+    ):
+        raise ManifestError(f"{file}: expected a JSON object mapping class names to integer indices.")
+    if sorted(mapping.values()) != list(range(len(mapping))):
+        raise ManifestError(
+            f"{file}: class indices must be 0 .. {len(mapping) - 1} without gaps or repeats, "
+            f"got {sorted(mapping.values())[:10]}..."
+        )
+    names = [""] * len(mapping)
+    for name, index in mapping.items():
+        names[index] = str(name)
+    return names
+
+
+def _class_names_from_lines(file: Path, text: str) -> list[str]:
+    """One name per line, blank lines skipped; a repeated name is an error."""
+    names = []
+    seen: dict[str, int] = {}
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        name = line.strip()
+        if not name:
+            continue
+        if name in seen:
+            raise ManifestError(
+                f"{file}:{line_number}: class name {name!r} repeats line {seen[name]}; names must be unique."
+            )
+        seen[name] = line_number
+        names.append(name)
+    return names
 
 
 def read_manifest(

@@ -235,6 +235,54 @@ def generate_synthetic_dataset(
     Raises:
         ValueError: on out-of-range arguments.
     """
+    _check_arguments(
+        num_train=num_train, num_val=num_val, num_classes=num_classes, width=width, height=height,
+        num_frames=num_frames, fps=fps, workers=workers, texture_cell=texture_cell,
+    )
+
+    base = Path(root)
+    names = SYNTHETIC_CLASS_NAMES[:num_classes]
+    jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]] = []
+    manifests: dict[str, list[str]] = {"train": [], "val": []}
+    for split_id, (split, count) in enumerate((("train", num_train), ("val", num_val))):
+        for i in range(count):
+            label = i % num_classes
+            relative = f"{split}/{names[label]}/{i:05d}.mp4"
+            (base / split / names[label]).mkdir(parents=True, exist_ok=True)
+            manifests[split].append(f"{relative} {label}\n")
+            entropy = [seed, split_id, i]
+            jobs.append((str(base / relative), label, width, height, num_frames, fps, texture_cell, entropy))
+
+    _write_all(jobs, workers)
+
+    base.mkdir(parents=True, exist_ok=True)
+    (base / "train.csv").write_text("".join(manifests["train"]), encoding="utf-8")
+    (base / "val.csv").write_text("".join(manifests["val"]), encoding="utf-8")
+    (base / "classnames.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    return SyntheticDataset(
+        root=base,
+        train_manifest=base / "train.csv",
+        val_manifest=base / "val.csv",
+        class_names_file=base / "classnames.txt",
+        class_names=names,
+        num_train=num_train,
+        num_val=num_val,
+    )
+
+
+def _check_arguments(
+    *,
+    num_train: int,
+    num_val: int,
+    num_classes: int,
+    width: int,
+    height: int,
+    num_frames: int,
+    fps: float,
+    workers: int | None,
+    texture_cell: int | None,
+) -> None:
+    """Raise ``ValueError`` on an argument of :func:`generate_synthetic_dataset` out of range."""
     for name, value, low in (("num_train", num_train, 1), ("num_val", num_val, 0), ("num_frames", num_frames, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
@@ -253,19 +301,9 @@ def generate_synthetic_dataset(
             f"pixels, got {texture_cell!r}."
         )
 
-    base = Path(root)
-    names = SYNTHETIC_CLASS_NAMES[:num_classes]
-    jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]] = []
-    manifests: dict[str, list[str]] = {"train": [], "val": []}
-    for split_id, (split, count) in enumerate((("train", num_train), ("val", num_val))):
-        for i in range(count):
-            label = i % num_classes
-            relative = f"{split}/{names[label]}/{i:05d}.mp4"
-            (base / split / names[label]).mkdir(parents=True, exist_ok=True)
-            manifests[split].append(f"{relative} {label}\n")
-            entropy = [seed, split_id, i]
-            jobs.append((str(base / relative), label, width, height, num_frames, fps, texture_cell, entropy))
 
+def _write_all(jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]], workers: int | None) -> None:
+    """Encode the videos of ``jobs``, in a process pool unless there are only a few."""
     processes = min(workers or os.cpu_count() or 1, len(jobs))
     if processes <= 1 or len(jobs) < 8:
         for job in jobs:
@@ -273,20 +311,6 @@ def generate_synthetic_dataset(
     else:
         with ProcessPoolExecutor(processes) as pool:
             list(pool.map(_write_one, jobs, chunksize=max(1, len(jobs) // (4 * processes))))
-
-    base.mkdir(parents=True, exist_ok=True)
-    (base / "train.csv").write_text("".join(manifests["train"]), encoding="utf-8")
-    (base / "val.csv").write_text("".join(manifests["val"]), encoding="utf-8")
-    (base / "classnames.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
-    return SyntheticDataset(
-        root=base,
-        train_manifest=base / "train.csv",
-        val_manifest=base / "val.csv",
-        class_names_file=base / "classnames.txt",
-        class_names=names,
-        num_train=num_train,
-        num_val=num_val,
-    )
 
 
 def _write_one(job: tuple[str, int, int, int, int, float, int | None, list[int]]) -> None:
