@@ -277,7 +277,7 @@ class MultigridCallback(Callback):
     def _baseline_batches_per_epoch(self, trainer: pl.Trainer) -> int:
         # Called before the schedule is attached, so this is the baseline loader's length (with
         # `limit_train_batches`), as the user's configure_optimizers saw it.
-        trainer.estimated_stepping_batches  # builds the train loader if nothing has yet
+        trainer.fit_loop.setup_data()  # builds the baseline train loader if nothing has yet
         return max(1, int(trainer.num_training_batches))
 
     def _map_trainer_limits(self, trainer: pl.Trainer, batches_per_epoch: int, steps_per_epoch: int) -> None:

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_ddp_script
 
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import MultigridConfig, build_schedule
+
+from conftest import run_ddp_script
 
 SCRIPT = Path(__file__).with_name("ddp_fit.py")
 TIMEOUT_S = 240
@@ -205,10 +206,11 @@ def test_resume_on_one_device_replans_batchnorm(ranks, ddp_fit_dir, synthetic_da
     # A 2-device checkpoint resumed on 1 device keeps the epochs but plans BatchNorm for 1 device
     # (the 2-device plan syncs over 2 ranks that no longer exist).
     import pytorch_lightning as pl
-    from ddp_fit import BASE, MILESTONES, RecordingNet
 
     from lightning_multigrid.callback import MultigridCallback
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+
+    from ddp_fit import BASE, MILESTONES, RecordingNet
 
     checkpoints = ddp_fit_dir / "checkpoints"
     first_sync = min(s.start_epoch for s in SCHEDULE.stages if s.bn.mode == "sync")

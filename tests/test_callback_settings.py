@@ -14,13 +14,14 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import BackboneFinetuning, ModelCheckpoint
-from test_callback import BASE_LR, MAX_EPOCHS, MILESTONES, RecordingNet, StopAfter, fit, make_datamodule
-from test_callback import train_manifest as train_manifest  # the module-scoped fixture
 from torch import nn
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.norm import MultigridBatchNorm
+
+from test_callback import BASE_LR, MAX_EPOCHS, MILESTONES, RecordingNet, StopAfter, fit, make_datamodule
+from test_callback import train_manifest as train_manifest  # the module-scoped fixture
 
 CLIPS = 32  # the train manifest lists the 16 videos twice; baseline batch 1 -> 32 batches/epoch
 

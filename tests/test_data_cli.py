@@ -6,13 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BROKEN_KINDS, VideoFactory
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.check import check_videos
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifest import read_class_names, read_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, render_synthetic_video
+
+from conftest import BROKEN_KINDS, VideoFactory
 
 
 def test_check_data_on_a_good_dataset(synthetic_dataset: SyntheticDataset, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BROKEN_KINDS, VideoFactory
 from torch.utils.data import DataLoader
 
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
@@ -18,6 +17,8 @@ from lightning_multigrid.data.manifest import ManifestError
 from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import MultigridConfig, build_schedule
+
+from conftest import BROKEN_KINDS, VideoFactory
 
 
 def request(index: int = 0, seed: int = 0, num_frames: int = 4, crop_size: int = 32) -> ClipRequest:

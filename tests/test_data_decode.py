@@ -10,11 +10,12 @@ import av
 import numpy as np
 import pytest
 import torch
-from conftest import BROKEN_KINDS, BrokenKind, VideoFactory
 
 from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decode import MetadataCache, VideoDecodeError, VideoMetadata, VideoReader, probe_video
 from lightning_multigrid.data.synthetic import SyntheticDataset, write_video
+
+from conftest import BROKEN_KINDS, BrokenKind, VideoFactory
 
 
 def coded_indices(clip: torch.Tensor) -> list[int]:

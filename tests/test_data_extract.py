@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import VideoFactory
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import eval_clip_params
@@ -15,6 +14,8 @@ from lightning_multigrid.data.extract import DONE_FILE, extract_frames, extract_
 from lightning_multigrid.data.frame_manifest import read_frame_manifest
 from lightning_multigrid.data.frames import open_frame_folder, read_clip
 from lightning_multigrid.data.manifest import VideoEntry, load_manifest
+
+from conftest import VideoFactory
 
 
 def jpegs(folder: Path) -> list[str]:

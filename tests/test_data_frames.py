@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFactory
 from PIL import Image
 
 from lightning_multigrid.data.check import check_videos, format_report
@@ -20,6 +19,8 @@ from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_fram
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import ManifestError, VideoEntry, load_manifest
 from lightning_multigrid.data.request import ClipRequest
+
+from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFactory
 
 
 def request(index: int = 0, num_frames: int = 8, crop: int = 32, scales: tuple[int, int] = (40, 48), seed: int = 0,

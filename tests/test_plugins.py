@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import run_ddp_script
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_multigrid.norm import MultigridBatchNorm
 from lightning_multigrid.plugins import MultigridBatchNormSync, check_no_torch_sync_batchnorm
+
+from conftest import run_ddp_script
 
 
 class TinyVideoModel(pl.LightningModule):
