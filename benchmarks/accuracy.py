@@ -42,17 +42,16 @@ import math
 import platform
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from typing_extensions import override
 
 from _memory import EvalFramesInMemory, TrainFramesInMemory  # benchmarks/ is on sys.path when run as a script
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.compare import TrainingClock
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.module import VideoClassifier
@@ -109,6 +108,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--precise-bn-batches", type=int, default=10)
     parser.add_argument("--accelerator", default="cpu", help="cpu or gpu")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers (0: in the main process)")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads (1: on a shared 2-core machine, 2 threads ran 10x slower per step)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/accuracy"))
     parser.add_argument("--quick", action="store_true", help="smoke run: 32 videos, 4 epochs, one seed")
     parser.add_argument("--report", type=Path, metavar="RESULTS", help="only print and plot saved results")
@@ -118,44 +121,6 @@ def parse_args() -> argparse.Namespace:
         args.seeds = args.long_seeds = 1
         args.precise_bn_batches = 2
     return args
-
-
-class TrainingClock(pl.Callback):
-    """Training wall-clock without validation and precise BN, and the validation curve.
-
-    Put it first in the callback list: its ``on_validation_start`` must run before precise BN.
-    """
-
-    def __init__(self) -> None:
-        self.train_seconds = 0.0
-        self.curve: list[dict[str, float]] = []
-        self._started: float | None = None
-
-    @override
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._started = time.perf_counter()
-
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stop()
-
-    @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        top1 = float(trainer.callback_metrics.get("val/top1", float("nan")))
-        self.curve.append(
-            {"epoch": trainer.current_epoch + 1, "step": trainer.global_step, "seconds": self.train_seconds, "top1": top1}
-        )
-        if trainer.state.fn == "fit":
-            self._started = time.perf_counter()
-
-    @override
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._stop()
-
-    def _stop(self) -> None:
-        if self._started is not None:
-            self.train_seconds += time.perf_counter() - self._started
-            self._started = None
 
 
 def schedule_settings(epochs: int) -> tuple[int, list[int]]:
@@ -198,8 +163,7 @@ def run_one(
     )
     trainer.fit(model, datamodule=datamodule)
     final = trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/top1"]
-    clock.curve.append({"epoch": trainer.current_epoch, "step": trainer.global_step,
-                        "seconds": clock.train_seconds, "top1": float(final)})
+    clock.curve[-1]["epoch"] = trainer.current_epoch  # the final validation
     full_grid = trainer.global_step
     if multigrid is not None and multigrid.schedule is not None:
         base = multigrid.schedule.base_shape
@@ -209,7 +173,8 @@ def run_one(
     return {
         "task": setting.task, "length": setting.length, "variant": variant, "seed": seed,
         "baseline_epochs": setting.epochs, "epochs": trainer.current_epoch, "iterations": trainer.global_step,
-        "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "top1": float(final),
+        "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "cpu_seconds": clock.train_cpu_seconds,
+        "top1": float(final),
         "curve": clock.curve,
     }
 
@@ -242,6 +207,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
             "iterations": statistics.fmean(r["iterations"] for r in runs),
             "full_grid_iterations": statistics.fmean(r["full_grid_iterations"] for r in runs),
             "seconds": statistics.fmean(r["seconds"] for r in runs),
+            "cpu_seconds": statistics.fmean(r.get("cpu_seconds", math.nan) for r in runs),
         }
     return summary
 
@@ -259,13 +225,14 @@ def format_report(results: list[dict[str, Any]], machine: str) -> str:
             lines.append(f"\n{task} task (texture cell {TASKS[task]} px), {length} schedule ({epochs} baseline epochs), "
                          f"{machine}")
             lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'iterations':>10} "
-                         f"{'full grid':>9} {'train s':>8} {'speed-up':>8} {'vs base':>8}")
+                         f"{'full grid':>9} {'train s':>8} {'CPU s':>7} {'speed-up':>8} {'vs base':>8}")
             for variant, s in rows.items():
                 speed = f"{base['seconds'] / s['seconds']:.2f}x" if base else "-"
                 delta = f"{100 * (s['top1'] - base['top1']):+.1f}" if base else "-"
                 lines.append(
                     f"{variant:<15} {s['seeds']:>5} {s['top1']:>10.3f} {s['top1_min']:>5.3f}-{s['top1_max']:<5.3f} "
-                    f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {speed:>8} {delta:>8}"
+                    f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {s['cpu_seconds']:>7.1f} "
+                    f"{speed:>8} {delta:>8}"
                 )
     return "\n".join(lines)
 
@@ -325,6 +292,7 @@ def main() -> None:
         plot(saved["results"], args.report.parent)
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
     machine = machine_name(args.accelerator)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
