@@ -83,7 +83,9 @@ class MultigridCallback(Callback):
         long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first.
         short_cycle_factors: crop factors of the two smaller short-cycle iterations.
         full_grid_share: at least this fraction of the baseline's iterations at the full grid,
-            in a fine-tuning phase without short cycle (``0``: the paper's schedule). See
+            in a fine-tuning phase without short cycle (``0``: the paper's schedule).
+        scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
+            statistics cover as many values on every grid. Both: see
             :class:`~lightning_multigrid.schedule.MultigridConfig`.
 
     Example::
@@ -107,6 +109,7 @@ class MultigridCallback(Callback):
         long_cycle_factors: list[tuple[float, float]] | None = None,
         short_cycle_factors: tuple[float, float] | None = None,
         full_grid_share: float = 0.0,
+        scale_bn_base_size: bool = False,
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
@@ -123,6 +126,7 @@ class MultigridCallback(Callback):
         self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors or DEFAULT_LONG_CYCLE_FACTORS)
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
         self.full_grid_share = full_grid_share
+        self.scale_bn_base_size = scale_bn_base_size
         self.schedule: MultigridSchedule | None = None
         self._restored_config: dict[str, Any] | None = None
         self._baseline_max_epochs = 0
@@ -211,6 +215,7 @@ class MultigridCallback(Callback):
             bn_base_size=self.bn_base_size,
             jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
             full_grid_share=self.full_grid_share,
+            scale_bn_base_size=self.scale_bn_base_size,
         )
         if self._restored_config is not None:
             restored = _config_from_dict(self._restored_config)

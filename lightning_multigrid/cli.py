@@ -40,6 +40,10 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         "--full-grid-share", type=float, default=0.0,
         help="share of the baseline's iterations guaranteed at the full grid (0: the paper's schedule)",
     )
+    multigrid.add_argument(
+        "--scale-bn-base-size", action="store_true",
+        help="scale the BatchNorm base size with each grid's relative batch (same values per statistic)",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
     output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -63,6 +67,7 @@ def _run_schedule(args: argparse.Namespace) -> None:
         long_cycle=not args.no_long_cycle,
         short_cycle=not args.no_short_cycle,
         full_grid_share=args.full_grid_share,
+        scale_bn_base_size=args.scale_bn_base_size,
     )
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")

@@ -149,6 +149,10 @@ class MultigridConfig:
         short_cycle_factors: crop factors of the two smaller short-cycle iterations, in
             ``(0, 1]``, relative to the baseline crop.
         bn_base_size: clips over which BatchNorm computes statistics.
+        scale_bn_base_size: multiply ``bn_base_size`` by each long-cycle shape's relative batch
+            ``r``, so a statistic covers as many values (clips x frames x pixels) on every grid
+            as at the base shape; the paper keeps the clips fixed, so on the coarsest grid a
+            statistic covers ``r`` times fewer values.
         jitter_scales: ``(min, max)`` short side in pixels before the baseline crop; default
             ``(256, 320) * S / 224``.
         full_grid_share: at least this fraction of the baseline's iterations run at the full
@@ -175,6 +179,7 @@ class MultigridConfig:
     bn_base_size: int = 8
     jitter_scales: tuple[int, int] | None = None
     full_grid_share: float = 0.0
+    scale_bn_base_size: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_frames", "crop_size", "max_epochs", "devices", "bn_base_size"):
@@ -590,7 +595,11 @@ def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr
         shape=shape,
         lr_factor=relative_batch,
         short_cycle=short_cycle,
-        bn=plan_batchnorm(shape.batch_size, config.bn_base_size, config.devices),
+        bn=plan_batchnorm(
+            shape.batch_size,
+            config.bn_base_size * (relative_batch if config.scale_bn_base_size else 1),
+            config.devices,
+        ),
         sampling_rate=(float(stride), stride * config.num_frames / num_frames),
         fine_tuning=piece.fine_tuning,
     )

@@ -363,3 +363,24 @@ def test_full_grid_share_without_milestones_adds_fine_tuning():
 def test_full_grid_share_bad_values(share):
     with pytest.raises(ValueError, match="`full_grid_share` must be a number in \\[0, 1\\]"):
         MultigridConfig(**SMALL, full_grid_share=share)
+
+
+def test_scale_bn_base_size_one_device():
+    paper = build_schedule(MultigridConfig(**SMALL))
+    scaled = build_schedule(MultigridConfig(**SMALL, scale_bn_base_size=True))
+    # Paper: groups of 8 clips: 64/8, 32/8, 16/8 splits. Scaled: 8 x r = 64, 32, 16, 8 clips, the
+    # whole batch of every long-cycle shape, so plain BatchNorm throughout.
+    assert [s.bn for s in paper.stages[:4]] == [BNPlan("split", 8), BNPlan("split", 4), BNPlan("split", 2), BNPlan()]
+    assert {s.bn for s in scaled.stages} == {BNPlan()}
+    assert [s.shape for s in scaled.stages] == [s.shape for s in paper.stages]
+
+
+def test_scale_bn_base_size_syncs_across_ranks():
+    config = dict(batch_size=2, devices=8, num_frames=8, crop_size=32, max_epochs=16, milestones=(12, 14))
+    paper = build_schedule(MultigridConfig(**config))
+    scaled = build_schedule(MultigridConfig(**config, scale_bn_base_size=True))
+    # Coarsest: 2 x 8 = 16 clips per device. Paper: 16 / 8 = 2 splits. Scaled: base size
+    # 8 x 8 = 64 clips = 64 / 16 = 4 ranks, as the base shape's 8 / 2 = 4 ranks.
+    assert (paper.stages[0].shape.batch_size, paper.stages[0].bn) == (16, BNPlan("split", 2))
+    assert scaled.stages[0].bn == BNPlan("sync", group_size=4)
+    assert scaled.stages[-1].bn == paper.stages[-1].bn == BNPlan("sync", group_size=4)
