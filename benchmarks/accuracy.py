@@ -133,6 +133,7 @@ def parse_args() -> argparse.Namespace:
         "--report", type=Path, nargs="+", metavar="RESULTS",
         help="only print and plot saved results (several files are merged; figures go to --out)",
     )
+    parser.add_argument("--markdown", action="store_true", help="with --report: also print Markdown tables")
     args = parser.parse_args()
     if args.quick:
         args.num_train, args.num_val, args.epochs, args.long_factor = 32, 16, 4, 2
@@ -256,6 +257,30 @@ def format_report(results: list[dict[str, Any]], machine: str) -> str:
     return "\n".join(lines)
 
 
+def format_markdown(results: list[dict[str, Any]]) -> str:
+    """The same tables as Markdown, for the README."""
+    summary = summarize(results)
+    lines = []
+    for task in TASKS:
+        for length in ("short", "long"):
+            rows = {v: s for (t, n, v), s in summary.items() if t == task and n == length}
+            if not rows:
+                continue
+            base = rows.get("baseline")
+            lines += [f"\n{task} task, {length} schedule\n",
+                      "| run | seeds | top-1 mean (min-max) | iterations | full-grid iterations | wall s | CPU s | "
+                      "speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|"]
+            for variant, s in rows.items():
+                speed = (f"{base['seconds'] / s['seconds']:.2f}x / {base['cpu_seconds'] / s['cpu_seconds']:.2f}x"
+                         if base else "-")
+                lines.append(
+                    f"| {variant} | {s['seeds']} | {s['top1']:.3f} ({s['top1_min']:.3f}-{s['top1_max']:.3f}) | "
+                    f"{s['iterations']:.0f} | {s['full_grid_iterations']:.0f} | {s['seconds']:.1f} | "
+                    f"{s['cpu_seconds']:.1f} | {speed} |"
+                )
+    return "\n".join(lines)
+
+
 def plot(results: list[dict[str, Any]], out: Path) -> None:
     """accuracy.png: mean top-1 against mean wall-clock per variant; curves.png: validation curves."""
     from matplotlib.figure import Figure
@@ -322,6 +347,8 @@ def main() -> None:
         saved = [json.loads(path.read_text()) for path in args.report]
         merged = [r for s in saved for r in s["results"]]
         print(format_report(merged, saved[0]["machine"]))
+        if args.markdown:
+            print(format_markdown(merged))
         args.out.mkdir(parents=True, exist_ok=True)
         plot(merged, args.out)
         return
