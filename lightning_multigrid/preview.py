@@ -49,7 +49,8 @@ def full_grid_warning(schedule: MultigridSchedule, dataset_size: int) -> str | N
         f"the full grid ({schedule.base_shape.num_frames} frames x {schedule.base_shape.crop_size}px) gets "
         f"{full} iterations, {100 * full / baseline:.1f}% of the baseline's {baseline}: classes that differ "
         "only by detail visible at full resolution may not be learnt. Check with `lightning-multigrid "
-        "compare`, or set `full_grid_share` (e.g. 0.25) to guarantee full-grid iterations."
+        "compare` first. `full_grid_share` (e.g. 0.25) guarantees full-grid iterations; on short runs, "
+        "more iterations in all mattered more (README, \"Accuracy at small scale\")."
     )
 
 
