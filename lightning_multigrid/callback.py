@@ -92,6 +92,11 @@ class MultigridCallback(Callback):
         long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first. With
             the short cycle on, every long-cycle crop must be at least the short-cycle crops.
         short_cycle_factors: crop factors of the two smaller short-cycle iterations.
+        full_grid_share: at least this fraction of the baseline's iterations at the full grid,
+            in a fine-tuning phase without short cycle (``0``: the paper's schedule).
+        scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
+            statistics cover as many values on every grid. Both: see
+            :class:`~lightning_multigrid.schedule.MultigridConfig`.
 
     Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
 
@@ -131,6 +136,8 @@ class MultigridCallback(Callback):
         preflight: bool = True,
         long_cycle_factors: list[tuple[float, float]] | None = None,
         short_cycle_factors: tuple[float, float] | None = None,
+        full_grid_share: float = 0.0,
+        scale_bn_base_size: bool = False,
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
@@ -146,6 +153,8 @@ class MultigridCallback(Callback):
         self.preflight = preflight
         self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors or DEFAULT_LONG_CYCLE_FACTORS)
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
+        self.full_grid_share = full_grid_share
+        self.scale_bn_base_size = scale_bn_base_size
         self._restored_config: dict[str, Any] | None = None
         self._lr: MultigridLR | None = None
         self._reset_fit_state()
@@ -261,6 +270,8 @@ class MultigridCallback(Callback):
             short_cycle_factors=self.short_cycle_factors,  # type: ignore[arg-type]
             bn_base_size=self.bn_base_size,
             jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
+            full_grid_share=self.full_grid_share,
+            scale_bn_base_size=self.scale_bn_base_size,
         )
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
@@ -393,12 +404,14 @@ class MultigridCallback(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Reload the train loader only where the long-cycle shape changes, so Lightning reads the
-        # new epoch length there; the DataModule decides whether that needs a new loader.
+        # Reload the train loader only where the long-cycle shape (or the short cycle: a
+        # `full_grid_share` fine-tuning drops it) changes, so Lightning reads the new epoch length
+        # there; the DataModule decides whether that needs a new loader.
         if self.schedule is None:
             return
         epoch = trainer.current_epoch
-        changes = self._stage(epoch + 1).shape != self._stage(epoch).shape
+        now, upcoming = self._stage(epoch), self._stage(epoch + 1)
+        changes = (upcoming.shape, upcoming.short_cycle) != (now.shape, now.short_cycle)
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1 if changes else 0)
 
     @override

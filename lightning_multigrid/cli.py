@@ -36,6 +36,14 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     multigrid.add_argument("--bn-base-size", type=int, default=8, help="clips per BatchNorm group (8)")
     multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
     multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
+    multigrid.add_argument(
+        "--full-grid-share", type=float, default=0.0,
+        help="share of the baseline's iterations guaranteed at the full grid (0: the paper's schedule)",
+    )
+    multigrid.add_argument(
+        "--scale-bn-base-size", action="store_true",
+        help="scale the BatchNorm base size with each grid's relative batch (same values per statistic)",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
     output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -58,6 +66,8 @@ def _run_schedule(args: argparse.Namespace) -> None:
         bn_base_size=args.bn_base_size,
         long_cycle=not args.no_long_cycle,
         short_cycle=not args.no_short_cycle,
+        full_grid_share=args.full_grid_share,
+        scale_bn_base_size=args.scale_bn_base_size,
     )
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
@@ -183,6 +193,25 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
     )
 
 
+def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="a `lightning-multigrid fit` YAML config")
+    parser.add_argument("--max-epochs", type=int, help="baseline epochs (default: the config's)")
+    parser.add_argument(
+        "--limit-train-batches", type=float, metavar="FRACTION",
+        help="train this fraction of each epoch's iterations, for a quick look (default: all)",
+    )
+    parser.add_argument("--plot", default="compare.png", metavar="FILE", help="validation curves PNG (compare.png)")
+
+
+def _run_compare(args: argparse.Namespace) -> None:
+    from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
+
+    comparison = run_compare(args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches)
+    print("\n" + format_comparison(comparison))
+    plot_curves(comparison, args.plot)
+    print(f"wrote {args.plot}", file=sys.stderr)
+
+
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
     "schedule": ("preview the multigrid schedule of a baseline run", _add_schedule_arguments, _run_schedule),
@@ -195,6 +224,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         "turn a video manifest into a frame dataset (JPEG folders and a manifest), resumable",
         _add_extract_frames_arguments,
         _run_extract_frames,
+    ),
+    "compare": (
+        "train a config as the baseline and with multigrid; print time, iterations and top-1 side by side",
+        _add_compare_arguments,
+        _run_compare,
     ),
     "make-synthetic": (
         "write the synthetic demo dataset (H.264 videos and manifests)",

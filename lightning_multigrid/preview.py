@@ -5,9 +5,53 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightning_multigrid.schedule import MultigridSchedule
+from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
 
-__all__ = ["format_table", "plot_schedule", "schedule_to_dict"]
+__all__ = [
+    "FULL_GRID_MIN_ITERATIONS",
+    "FULL_GRID_MIN_SHARE",
+    "format_table",
+    "full_grid_count",
+    "full_grid_warning",
+    "plot_schedule",
+    "schedule_to_dict",
+]
+
+# The preview warns when the full grid gets both fewer iterations than this and a smaller share
+# of the baseline's. The paper's schedule gives the full grid about 4% of the baseline's
+# iterations: 33,705 per device on Kinetics, where the paper keeps accuracy, and 85 on the accuracy
+# benchmark's short schedule, where detail seen only at full resolution is not learnt (README,
+# "Accuracy at small scale"). Where between the two the risk ends depends on model and data.
+FULL_GRID_MIN_SHARE = 0.10
+FULL_GRID_MIN_ITERATIONS = 10_000
+
+
+def full_grid_count(schedule: MultigridSchedule, dataset_size: int) -> GridCount:
+    """Iterations and clips per device at the full grid (the baseline's frames and crop)."""
+    base = schedule.base_shape
+    full = [c for c in grid_counts(schedule, dataset_size)
+            if (c.grid.num_frames, c.grid.crop_size) == (base.num_frames, base.crop_size)]
+    return GridCount(base, sum(c.iterations for c in full), sum(c.clips for c in full))
+
+
+def full_grid_warning(schedule: MultigridSchedule, dataset_size: int) -> str | None:
+    """A warning when the full grid gets few iterations: under ``FULL_GRID_MIN_ITERATIONS`` per
+    device and under ``FULL_GRID_MIN_SHARE`` of the baseline's; ``None`` otherwise.
+
+    Detail that only the full grid resolves is learnt in those iterations alone; the warning
+    names ``full_grid_share``, the option that guarantees them.
+    """
+    full = full_grid_count(schedule, dataset_size).iterations
+    baseline = schedule.baseline_iterations(dataset_size)
+    if full >= FULL_GRID_MIN_ITERATIONS or full >= FULL_GRID_MIN_SHARE * baseline:
+        return None
+    return (
+        f"the full grid ({schedule.base_shape.num_frames} frames x {schedule.base_shape.crop_size}px) gets "
+        f"{full} iterations, {100 * full / baseline:.1f}% of the baseline's {baseline}: classes that differ "
+        "only by detail visible at full resolution may not be learnt. Check with `lightning-multigrid "
+        "compare` first. `full_grid_share` (e.g. 0.25) guarantees full-grid iterations; on short runs, "
+        "more iterations in all mattered more (README, \"Accuracy at small scale\")."
+    )
 
 
 def schedule_to_dict(schedule: MultigridSchedule, dataset_size: int | None = None) -> dict[str, Any]:
@@ -34,11 +78,26 @@ def schedule_to_dict(schedule: MultigridSchedule, dataset_size: int | None = Non
         baseline = schedule.baseline_iterations(dataset_size)
         multigrid = schedule.total_iterations(dataset_size)
         result["iterations"] = {"baseline": baseline, "multigrid": multigrid, "saving": baseline / multigrid}
+        result["grids"] = [
+            {
+                "batch_size": c.grid.batch_size,
+                "num_frames": c.grid.num_frames,
+                "crop_size": c.grid.crop_size,
+                "iterations": c.iterations,
+                "clips": c.clips,
+            }
+            for c in grid_counts(schedule, dataset_size)
+        ]
+        result["warnings"] = [w for w in (full_grid_warning(schedule, dataset_size),) if w]
     return result
 
 
 def format_table(schedule: MultigridSchedule, dataset_size: int | None = None) -> str:
-    """A readable table, one row per stage, and a summary line."""
+    """A readable table, one row per stage, and a summary line.
+
+    With ``dataset_size``, also a table of the iterations and clips per device of each distinct
+    grid, and the full-grid warning of :func:`full_grid_warning` when it applies.
+    """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
     for stage in schedule.stages:
@@ -66,7 +125,33 @@ def format_table(schedule: MultigridSchedule, dataset_size: int | None = None) -
         baseline = schedule.baseline_iterations(dataset_size)
         multigrid = schedule.total_iterations(dataset_size)
         summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
+        warning = full_grid_warning(schedule, dataset_size)
+        return "\n".join(
+            [*lines, "", summary, "", _format_grid_counts(schedule, dataset_size), *([f"warning: {warning}"] if warning else [])]
+        )
     return "\n".join([*lines, "", summary])
+
+
+def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:
+    counts = grid_counts(schedule, dataset_size)
+    base = schedule.base_shape
+    header = ("grid (batch x frames x crop)", "iterations", "clips", "share of iterations")
+    total = sum(c.iterations for c in counts)
+    rows = [header]
+    for c in counts:
+        full = " (full grid)" if (c.grid.num_frames, c.grid.crop_size) == (base.num_frames, base.crop_size) else ""
+        rows.append(
+            (
+                f"{c.grid.batch_size} x {c.grid.num_frames} x {c.grid.crop_size}{full}",
+                str(c.iterations),
+                str(c.clips),
+                f"{100 * c.iterations / total:.1f}%",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(["Per grid, per device:", *lines])
 
 
 def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: int | None = None) -> None:

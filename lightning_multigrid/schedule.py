@@ -27,12 +27,14 @@ __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
     "DEFAULT_SHORT_CYCLE_FACTORS",
     "BNPlan",
+    "GridCount",
     "GridShape",
     "MultigridConfig",
     "MultigridSchedule",
     "ShortScheduleWarning",
     "Stage",
     "build_schedule",
+    "grid_counts",
     "plan_batchnorm",
 ]
 
@@ -58,6 +60,22 @@ class GridShape:
     batch_size: int  # clips per device
     num_frames: int
     crop_size: int  # pixels, square
+
+
+@dataclass(frozen=True, slots=True)
+class GridCount:
+    """What one grid gets over a whole multigrid run, per device.
+
+    Attributes:
+        grid: the grid (per-device batch, frames, crop).
+        iterations: optimizer steps on this grid.
+        clips: clips trained on this grid (the sum of its batches; an epoch's last batch may
+            be partial).
+    """
+
+    grid: GridShape
+    iterations: int
+    clips: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +149,18 @@ class MultigridConfig:
         short_cycle_factors: crop factors of the two smaller short-cycle iterations, in
             ``(0, 1]``, relative to the baseline crop.
         bn_base_size: clips over which BatchNorm computes statistics.
+        scale_bn_base_size: multiply ``bn_base_size`` by each long-cycle shape's relative batch
+            ``r``, so a statistic covers as many values (clips x frames x pixels) on every grid
+            as at the base shape; the paper keeps the clips fixed, so on the coarsest grid a
+            statistic covers ``r`` times fewer values.
         jitter_scales: ``(min, max)`` short side in pixels before the baseline crop; default
             ``(256, 320) * S / 224``.
+        full_grid_share: at least this fraction of the baseline's iterations run at the full
+            grid (base batch, frames and crop): the fine-tuning phase drops the short cycle and
+            lasts ``ceil(full_grid_share * max_epochs)`` epochs or the paper's length, whichever
+            is longer (one is added when the schedule has none). ``0`` keeps the paper's
+            schedule exactly. For data whose classes differ by detail that only the full grid
+            resolves, on short schedules (README, "Accuracy at small scale").
     """
 
     batch_size: int
@@ -150,6 +178,8 @@ class MultigridConfig:
     short_cycle_factors: tuple[float, float] = DEFAULT_SHORT_CYCLE_FACTORS
     bn_base_size: int = 8
     jitter_scales: tuple[int, int] | None = None
+    full_grid_share: float = 0.0
+    scale_bn_base_size: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_frames", "crop_size", "max_epochs", "devices", "bn_base_size"):
@@ -160,6 +190,9 @@ class MultigridConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
                 raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+        share = self.full_grid_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+            raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {share!r}.")
         object.__setattr__(self, "milestones", tuple(self.milestones))
         object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
         object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
@@ -277,19 +310,29 @@ class MultigridSchedule:
         Each rank gets ``ceil(dataset_size / devices)`` clips (padded, as ``DistributedSampler``
         does); the last batch may be partial.
         """
+        return sum(c.iterations for c in self.epoch_grid_counts(epoch, dataset_size))
+
+    def epoch_grid_counts(self, epoch: int, dataset_size: int) -> tuple[GridCount, ...]:
+        """Iterations and clips per device of each grid of ``epoch``, in short-cycle order.
+
+        Iteration ``i`` runs grid ``i % len(cycle)``; the epoch ends when its
+        ``ceil(dataset_size / devices)`` clips are served, so the last batch may be partial.
+        """
         if dataset_size <= 0:
             raise ValueError(f"`dataset_size` must be a positive integer, got {dataset_size!r}.")
         stage = self.stage_at(epoch)
+        cycle = stage.short_cycle or (stage.shape,)
         clips = math.ceil(dataset_size / self.config.devices)
-        sizes = [g.batch_size for g in stage.short_cycle] or [stage.shape.batch_size]
-        full_cycles, remainder = divmod(clips, sum(sizes))
-        iterations = full_cycles * len(sizes)
-        for size in sizes:
-            if remainder <= 0:
-                break
-            remainder -= size
-            iterations += 1
-        return iterations
+        full_cycles, remainder = divmod(clips, sum(g.batch_size for g in cycle))
+        counts = []
+        for grid in cycle:
+            iterations, served = full_cycles, full_cycles * grid.batch_size
+            if remainder > 0:
+                iterations += 1
+                served += min(grid.batch_size, remainder)
+                remainder -= grid.batch_size
+            counts.append(GridCount(grid, iterations, served))
+        return tuple(counts)
 
     def total_iterations(self, dataset_size: int) -> int:
         """Iterations per device over the whole multigrid run."""
@@ -307,6 +350,30 @@ class MultigridSchedule:
             for grid in stage.short_cycle or (stage.shape,):
                 grids[grid] = None
         return tuple(grids)
+
+
+def grid_counts(schedule: MultigridSchedule, dataset_size: int) -> tuple[GridCount, ...]:
+    """Iterations and clips per device that each distinct grid gets over the whole run.
+
+    Grids are listed in order of first use; a grid used in several stages (the full grid in the
+    last long-cycle shape and in fine-tuning) is counted once, with its totals.
+
+    Args:
+        schedule: the multigrid schedule.
+        dataset_size: clips (videos) in the training set, over all devices.
+
+    Raises:
+        ValueError: when ``dataset_size`` is not positive.
+    """
+    totals: dict[GridShape, tuple[int, int]] = {}
+    for stage in schedule.stages:
+        for count in schedule.epoch_grid_counts(stage.start_epoch, dataset_size):
+            iterations, clips = totals.get(count.grid, (0, 0))
+            totals[count.grid] = (
+                iterations + count.iterations * stage.num_epochs,
+                clips + count.clips * stage.num_epochs,
+            )
+    return tuple(GridCount(grid, iterations, clips) for grid, (iterations, clips) in totals.items())
 
 
 def plan_batchnorm(batch_size: int, bn_base_size: int, devices: int) -> BNPlan:
@@ -351,8 +418,11 @@ def build_schedule(config: MultigridConfig) -> MultigridSchedule:
     else:
         pieces, lengths = _lr_stage_pieces(config)
     factor = 1.0 if not (config.long_cycle or config.short_cycle) else config.epoch_factor
-    total_epochs = round(config.max_epochs * factor)
-    pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs)
+    if config.full_grid_share > 0 and (config.long_cycle or config.short_cycle):
+        pieces, ends = _allocate_with_full_grid(config, pieces, lengths, config.max_epochs * factor)
+    else:
+        total_epochs = round(config.max_epochs * factor)
+        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs)
 
     stages: list[Stage] = []
     start = 0
@@ -378,6 +448,7 @@ class _Piece:
     s_factor: float
     fine_tuning: bool = False
     split_lr: bool = False  # fine-tuning that spans two LR stages
+    full_grid: bool = False  # no short cycle: every iteration at the base shape
 
 
 def _long_cycle_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]]:
@@ -476,6 +547,31 @@ def _allocate_epochs(
     return pieces, ends
 
 
+def _allocate_with_full_grid(
+    config: MultigridConfig, pieces: list[_Piece], lengths: list[float], target: float
+) -> tuple[list[_Piece], list[int]]:
+    """Whole epochs when fine-tuning must give the full grid ``full_grid_share`` of the iterations.
+
+    The stages before fine-tuning keep the paper's epochs (its share of ``target``); fine-tuning,
+    without short cycle, gets ``ceil(full_grid_share * max_epochs)`` epochs of base-shape
+    iterations (each as many as a baseline epoch), or the paper's length if that is longer.
+    """
+    scale = target / sum(lengths)
+    last = config.num_lr_stages - 1
+    if pieces[-1].fine_tuning:
+        paper_epochs = round(lengths[-1] * scale)
+        fine_tuning = _Piece(last, 1.0, 1.0, fine_tuning=True, split_lr=pieces[-1].split_lr, full_grid=True)
+        pieces, lengths = pieces[:-1], lengths[:-1]
+    else:  # one long cycle (no milestones) or no long cycle: fine-tuning is added at the end
+        paper_epochs = 0
+        fine_tuning = _Piece(last, 1.0, 1.0, fine_tuning=True, full_grid=True)
+    # The 1e-9 keeps a share that is an exact fraction of max_epochs from rounding up once more.
+    epochs = max(math.ceil(config.full_grid_share * config.max_epochs - 1e-9), paper_epochs, _minimum_epochs(fine_tuning))
+    rest = sum(lengths) * scale
+    pieces, ends = _allocate_epochs(pieces, lengths, rest, round(rest))
+    return [*pieces, fine_tuning], [*ends, ends[-1] + epochs]
+
+
 def _minimum_epochs(piece: _Piece) -> int:
     return 2 if piece.split_lr else 1
 
@@ -486,7 +582,7 @@ def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr
     relative_batch = _relative_batch(config, num_frames, crop_size)
     shape = GridShape(config.batch_size * relative_batch, num_frames, crop_size)
     short_cycle: tuple[GridShape, ...] = ()
-    if config.short_cycle:
+    if config.short_cycle and not piece.full_grid:
         short_cycle = tuple(
             GridShape(shape.batch_size * round((crop_size / short_crop) ** 2), num_frames, short_crop)
             for short_crop in _short_cycle_crops(config)
@@ -499,7 +595,11 @@ def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr
         shape=shape,
         lr_factor=relative_batch,
         short_cycle=short_cycle,
-        bn=plan_batchnorm(shape.batch_size, config.bn_base_size, config.devices),
+        bn=plan_batchnorm(
+            shape.batch_size,
+            config.bn_base_size * (relative_batch if config.scale_bn_base_size else 1),
+            config.devices,
+        ),
         sampling_rate=(float(stride), stride * config.num_frames / num_frames),
         fine_tuning=piece.fine_tuning,
     )

@@ -102,3 +102,46 @@ def test_short_schedule_warning_is_printed():
     result = run_cli("--batch-size", "8", "--num-frames", "16", "--crop-size", "112", "--max-epochs", "5", "--milestones", "2", "4")
     assert result.returncode == 0
     assert result.stderr.startswith("warning: 8 multigrid epochs are too few")
+
+
+SMALL_ARGS = (
+    "--batch-size 8 --num-frames 8 --crop-size 32 --sampling-rate 2 --milestones 12 14 --max-epochs 16 "
+    "--dataset-size 960"
+).split()
+
+
+def test_json_grids_small():
+    data = json.loads(run_cli(*SMALL_ARGS, "--format", "json").stdout)
+    grids = {(g["batch_size"], g["num_frames"], g["crop_size"]): (g["iterations"], g["clips"]) for g in data["grids"]}
+    # 9 epochs of the coarsest shape x (4 iterations, 512 clips) at 128@16; 5 epochs of the
+    # full shape x (17 iterations, 136 clips) at 8 x 8 x 32 (tests/test_schedule.py spells it out).
+    assert grids[(128, 2, 16)] == (36, 4608)
+    assert grids[(8, 8, 32)] == (85, 680)
+    assert sum(i for i, _ in grids.values()) == data["iterations"]["multigrid"] == 591
+    assert set(data["grids"][0]) == {"batch_size", "num_frames", "crop_size", "iterations", "clips"}
+    # 85 full-grid iterations: under 10,000 and under 10% of the baseline's 1920.
+    assert len(data["warnings"]) == 1 and "`full_grid_share`" in data["warnings"][0]
+
+
+def test_table_per_grid_counts_and_warning():
+    result = run_cli(*SMALL_ARGS)
+    row = next(line for line in result.stdout.splitlines() if line.startswith("8 x 8 x 32 (full grid)"))
+    assert row.split()[-3:] == ["85", "680", "14.4%"]  # 85 of 591 iterations
+    assert "warning: the full grid (8 frames x 32px) gets 85 iterations, 4.4% of the baseline's 1920" in result.stdout
+
+
+def test_full_grid_share_flag_removes_the_warning():
+    data = json.loads(run_cli(*SMALL_ARGS, "--full-grid-share", "0.25", "--format", "json").stdout)
+    full = next(g for g in data["grids"] if (g["num_frames"], g["crop_size"]) == (8, 32))
+    # 4 fine-tuning epochs x 120 iterations + 3 long-cycle epochs x 17 = 531.
+    assert full["iterations"] == 531
+    assert data["warnings"] == []
+    assert data["max_epochs"] == 27
+
+
+def test_kinetics_full_grid_is_not_warned():
+    # 33705 full-grid iterations: over 10,000, so the paper's own setting passes.
+    data = json.loads(run_cli(*KINETICS_ARGS, "--format", "json").stdout)
+    assert data["warnings"] == []
+    full = [g for g in data["grids"] if (g["num_frames"], g["crop_size"]) == (32, 224)]
+    assert [(g["batch_size"], g["iterations"]) for g in full] == [(8, 33705)]

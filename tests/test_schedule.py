@@ -15,6 +15,7 @@ from lightning_multigrid.schedule import (
     MultigridConfig,
     ShortScheduleWarning,
     build_schedule,
+    grid_counts,
     plan_batchnorm,
 )
 
@@ -273,3 +274,113 @@ def test_equation_1_rounding_literal():
     schedule = build_schedule(MultigridConfig(batch_size=2, num_frames=16, crop_size=112, max_epochs=20, milestones=(10,)))
     assert schedule.stages[0].shape == GridShape(16, 4, 79)
     assert math.isclose(schedule.stages[0].sampling_rate[1], 4.0)
+
+
+# A small baseline: 16 epochs of 8 clips x 8 frames x 32 px over 960 clips (120 iterations an
+# epoch, 1920 in all), LR steps at 12 and 14: the accuracy benchmark's short schedule.
+SMALL = dict(batch_size=8, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=16, milestones=(12, 14))
+
+
+def test_grid_counts_small_schedule():
+    schedule = build_schedule(MultigridConfig(**SMALL))
+    counts = {(c.grid.batch_size, c.grid.num_frames, c.grid.crop_size): (c.iterations, c.clips)
+              for c in grid_counts(schedule, 960)}
+    # Coarsest shape 64 x 2 x 23, short cycle 128@16, 64@23, 64@23 (256 clips a cycle), epochs
+    # 0-7 and 17-19, 9 epochs: 960 = 3 cycles (768) + 128 + 64, so per epoch 128 x 2 x 16 runs
+    # 3 + 1 = 4 iterations (512 clips) and 64 x 2 x 23 runs 3 + 1 + 3 = 7 (448 clips).
+    assert counts[(128, 2, 16)] == (9 * 4, 9 * 512)
+    assert counts[(64, 2, 23)] == (9 * 7, 9 * 448)
+    # Full shape 8 x 8 x 32, short cycle 32@16, 16@23, 8@32 (56 clips a cycle), epochs 15-17 and
+    # 21-24, 5 epochs: 960 = 17 cycles (952) + 8, so 8 x 8 x 32 runs 17 iterations (136 clips).
+    assert counts[(8, 8, 32)] == (5 * 17, 5 * 136)
+    assert counts[(32, 8, 16)] == (5 * 18, 5 * (17 * 32 + 8))
+    assert counts[(16, 8, 23)] == (5 * 17, 5 * 17 * 16)
+    # Order of first use; totals agree with the epoch counts.
+    assert list(counts) == [(128, 2, 16), (64, 2, 23), (64, 4, 16), (32, 4, 23), (16, 4, 32), (32, 8, 16),
+                            (16, 8, 23), (8, 8, 32)]
+    assert sum(i for i, _ in counts.values()) == schedule.total_iterations(960) == 591
+    assert sum(c for _, c in counts.values()) == schedule.max_epochs * 960
+
+
+def test_grid_counts_per_device_with_padding():
+    # 2 devices, 101 clips: each rank serves ceil(101 / 2) = 51 clips an epoch, the last batch of 3.
+    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=8, crop_size=32, max_epochs=4,
+                                              devices=2, long_cycle=False, short_cycle=False))
+    (count,) = grid_counts(schedule, 101)
+    assert (count.grid, count.iterations, count.clips) == (GridShape(8, 8, 32), 4 * 7, 4 * 51)
+
+
+def test_grid_counts_rejects_empty_dataset():
+    with pytest.raises(ValueError, match="`dataset_size` must be a positive integer, got 0"):
+        grid_counts(build_schedule(MultigridConfig(**SMALL)), 0)
+
+
+def test_full_grid_share_small_schedule():
+    schedule = build_schedule(MultigridConfig(**SMALL, full_grid_share=0.25))
+    # Fine-tuning: ceil(0.25 * 16) = 4 epochs (the paper's has 2), short cycle off, split at
+    # (23 + 27) // 2 = 25 between LR stages 1 and 2. The stages before keep the paper's 22.x
+    # exact epochs, rounded: 8, 13, 16, 18 | 20, 21, 22, 23.
+    assert _ends(schedule) == [8, 13, 16, 18, 20, 21, 22, 23, 25, 27]
+    fine_tuning = [s for s in schedule.stages if s.fine_tuning]
+    assert [(s.start_epoch, s.end_epoch, s.lr_stage, s.short_cycle) for s in fine_tuning] == [
+        (23, 25, 1, ()), (25, 27, 2, ()),
+    ]
+    counts = {c.grid: c.iterations for c in grid_counts(schedule, 960)}
+    # 4 fine-tuning epochs x 120 iterations, plus 17 a long-cycle epoch at 8 x 8 x 32 in epochs
+    # 16-18 and 22-23 (3 epochs): 480 + 51 = 531, over a quarter of the baseline's 1920.
+    assert counts[GridShape(8, 8, 32)] == 4 * 120 + 3 * 17 == 531
+    assert schedule.total_iterations(960) == 978
+    assert schedule.lr_stage_starts == (0, 18, 25, 27)
+
+
+def test_full_grid_share_zero_is_the_paper_schedule():
+    paper = build_schedule(MultigridConfig(**KINETICS))
+    explicit = build_schedule(MultigridConfig(**KINETICS, full_grid_share=0.0))
+    assert explicit.stages == paper.stages and paper.max_epochs == 358
+
+
+def test_full_grid_share_kinetics():
+    schedule = build_schedule(MultigridConfig(**KINETICS, full_grid_share=0.1))
+    # ceil(0.1 * 239) = 24 fine-tuning epochs (the paper's: 329-358, 29) -> the paper's 29 stay,
+    # short cycle off: 29 x 3750 = 108750 full-grid iterations in fine-tuning.
+    fine_tuning = [s for s in schedule.stages if s.fine_tuning]
+    assert [(s.start_epoch, s.end_epoch, s.short_cycle) for s in fine_tuning] == [(329, 343, ()), (343, 358, ())]
+    assert schedule.max_epochs == 358
+
+
+def test_full_grid_share_without_milestones_adds_fine_tuning():
+    config = MultigridConfig(batch_size=8, num_frames=8, crop_size=32, max_epochs=10, full_grid_share=0.5)
+    schedule = build_schedule(config)
+    # One long cycle over the paper's 15 epochs (1.5 x 10), then ceil(0.5 * 10) = 5 epochs at the
+    # base shape, in the same (only) LR stage.
+    last = schedule.stages[-1]
+    assert (last.start_epoch, last.end_epoch, last.fine_tuning, last.short_cycle) == (15, 20, True, ())
+    assert last.shape == GridShape(8, 8, 32) and last.lr_stage == 0
+    assert schedule.stages[-2].end_epoch == 15
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, "0.2", True])
+def test_full_grid_share_bad_values(share):
+    with pytest.raises(ValueError, match="`full_grid_share` must be a number in \\[0, 1\\]"):
+        MultigridConfig(**SMALL, full_grid_share=share)
+
+
+def test_scale_bn_base_size_one_device():
+    paper = build_schedule(MultigridConfig(**SMALL))
+    scaled = build_schedule(MultigridConfig(**SMALL, scale_bn_base_size=True))
+    # Paper: groups of 8 clips: 64/8, 32/8, 16/8 splits. Scaled: 8 x r = 64, 32, 16, 8 clips, the
+    # whole batch of every long-cycle shape, so plain BatchNorm throughout.
+    assert [s.bn for s in paper.stages[:4]] == [BNPlan("split", 8), BNPlan("split", 4), BNPlan("split", 2), BNPlan()]
+    assert {s.bn for s in scaled.stages} == {BNPlan()}
+    assert [s.shape for s in scaled.stages] == [s.shape for s in paper.stages]
+
+
+def test_scale_bn_base_size_syncs_across_ranks():
+    config = dict(batch_size=2, devices=8, num_frames=8, crop_size=32, max_epochs=16, milestones=(12, 14))
+    paper = build_schedule(MultigridConfig(**config))
+    scaled = build_schedule(MultigridConfig(**config, scale_bn_base_size=True))
+    # Coarsest: 2 x 8 = 16 clips per device. Paper: 16 / 8 = 2 splits. Scaled: base size
+    # 8 x 8 = 64 clips = 64 / 16 = 4 ranks, as the base shape's 8 / 2 = 4 ranks.
+    assert (paper.stages[0].shape.batch_size, paper.stages[0].bn) == (16, BNPlan("split", 2))
+    assert scaled.stages[0].bn == BNPlan("sync", group_size=4)
+    assert scaled.stages[-1].bn == paper.stages[-1].bn == BNPlan("sync", group_size=4)

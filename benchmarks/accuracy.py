@@ -1,0 +1,382 @@
+"""Accuracy benchmark: does multigrid keep the baseline's top-1 at small scale?
+
+Two synthetic tasks (``lightning_multigrid.data.synthetic``: 8 classes = 4 motion directions x 2
+textures), rendered at 64 x 48 pixels, frames held in RAM so the loader is out of the timed loop:
+
+- ``coarse``: texture cell 8 px, visible on every multigrid grid (the coarsest keeps a 6 px
+  pattern);
+- ``fine``: texture cell 2 px, a 4 px period that only the full grid resolves (the short cycle's
+  half crop brings it under 2 px, past the sampling limit): the textures differ by fine detail.
+
+Each task is trained at two lengths (``short``: ``--epochs`` baseline epochs, a few thousand
+iterations; ``long``: ``--long-factor`` times that) by the baseline and by multigrid variants, all
+with the same tiny 3D CNN, optimizer, warm-up and step LR schedule, from the same seeds:
+
+- ``baseline``: the base shape every iteration;
+- ``defaults``: ``MultigridCallback()`` (long + short cycle, 1.5x epochs);
+- ``long-only`` / ``short-only``: one of the two cycles;
+- ``fewer-shapes``: the long cycle over two shapes, ``(0.5 T, S/sqrt 2)`` and ``(T, S)`` (the
+  paper's S' ablation, fewer and larger steps);
+- ``epochs-x2``: ``epoch_factor=2``;
+- ``full-grid-25``: ``full_grid_share=0.25``: a quarter of the baseline's iterations at the full
+  grid, in a fine-tuning phase without short cycle;
+- ``bn-scaled``: ``scale_bn_base_size=True``: BatchNorm statistics cover as many values on every
+  grid as at the base shape (on one device: over the whole batch);
+- ``bn-scaled+fg25``: both;
+- ``frames-only`` (``+bn``: with ``scale_bn_base_size``): a long cycle that coarsens frames only,
+  ``(T/4, S)``, ``(T/2, S)``, ``(T, S)``, no short cycle: every grid keeps the full spatial detail.
+
+The long schedule runs the baseline, the defaults, ``bn-scaled`` and ``frames-only+bn``.
+
+Validation (160 videos, base shape, precise BN for multigrid) runs every ``epochs / 8`` epochs
+for the curves; its time (and precise BN's) is left out of the wall-clock, which is training
+only. The table also gives the process's CPU seconds: steadier than wall-clock on a shared
+machine (the loader runs in the main process, one torch thread). Results go to ``--out/results.json`` after every run (so a long run can be
+reported before it ends), then a table per task and length (mean and spread of top-1 over
+seeds) and ``--out/accuracy.png`` (top-1 against wall-clock, like the paper's Figure 3) and
+``--out/curves.png`` (validation curves).
+
+    python benchmarks/accuracy.py                      # every variant, 2 seeds (about 30 min of one free core)
+    python benchmarks/accuracy.py --quick              # a smoke run: tiny data, 4 epochs, one seed
+    python benchmarks/accuracy.py --accelerator gpu    # on a GPU machine
+    python benchmarks/accuracy.py --report out/results.json   # tables and figures of saved results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+
+from _memory import EvalFramesInMemory, TrainFramesInMemory  # benchmarks/ is on sys.path when run as a script
+from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.compare import TrainingClock
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.schedule import grid_counts
+
+TASKS: dict[str, int] = {"coarse": 8, "fine": 2}  # name -> texture cell in pixels
+# name -> MultigridCallback arguments (None: the baseline, no callback)
+VARIANTS: dict[str, dict[str, Any] | None] = {
+    "baseline": None,
+    "defaults": {},
+    "long-only": {"short_cycle": False},
+    "short-only": {"long_cycle": False},
+    "fewer-shapes": {"long_cycle_factors": [(0.5, 0.5**0.5), (1.0, 1.0)]},
+    "epochs-x2": {"epoch_factor": 2.0},
+    "full-grid-25": {"full_grid_share": 0.25},
+    "bn-scaled": {"scale_bn_base_size": True},
+    "bn-scaled+fg25": {"scale_bn_base_size": True, "full_grid_share": 0.25},
+    # Coarse grids that keep the spatial detail: only frames are coarsened (long cycle only).
+    "frames-only": {"short_cycle": False, "long_cycle_factors": [(0.25, 1.0), (0.5, 1.0), (1.0, 1.0)]},
+    "frames-only+bn": {"short_cycle": False, "long_cycle_factors": [(0.25, 1.0), (0.5, 1.0), (1.0, 1.0)],
+                       "scale_bn_base_size": True},
+}
+# Diagnosis (the issue's suspects), run with --variants: precise BN.
+DIAGNOSES: dict[str, dict[str, Any]] = {
+    "no-precise-bn": {"precise_bn_batches": 0},
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    task: str
+    length: str
+    epochs: int
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS))
+    parser.add_argument("--lengths", nargs="+", choices=("short", "long"), default=["short", "long"])
+    parser.add_argument(
+        "--variants", nargs="+", choices=(*VARIANTS, *DIAGNOSES), default=list(VARIANTS),
+        help="runs of the short schedule (default: all but the diagnoses)",
+    )
+    parser.add_argument(
+        "--long-variants", nargs="+", choices=(*VARIANTS, *DIAGNOSES),
+        default=["baseline", "defaults", "bn-scaled", "frames-only+bn"], help="runs of the long schedule",
+    )
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
+    parser.add_argument("--seeds", type=int, default=2, help="seeds per run (short schedule)")
+    parser.add_argument("--long-seeds", type=int, default=1, help="seeds per run (long schedule)")
+    parser.add_argument("--epochs", type=int, default=16, help="baseline epochs of the short schedule")
+    parser.add_argument("--long-factor", type=int, default=4, help="long schedule = this x the short one")
+    parser.add_argument("--num-train", type=int, default=960)
+    parser.add_argument("--num-val", type=int, default=160)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--num-frames", type=int, default=8)
+    parser.add_argument("--crop-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05, help="base LR for --batch-size clips")
+    parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem")
+    parser.add_argument("--precise-bn-batches", type=int, default=10)
+    parser.add_argument("--accelerator", default="cpu", help="cpu or gpu")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers (0: in the main process)")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads (1: on a shared 2-core machine, 2 threads ran 10x slower per step)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/accuracy"))
+    parser.add_argument("--data", type=Path, help="keep the generated videos here (default: a temporary folder)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 32 videos, 4 epochs, one seed")
+    parser.add_argument(
+        "--report", type=Path, nargs="+", metavar="RESULTS",
+        help="only print and plot saved results (several files are merged; figures go to --out)",
+    )
+    parser.add_argument("--markdown", action="store_true", help="with --report: also print Markdown tables")
+    args = parser.parse_args()
+    if args.quick:
+        args.num_train, args.num_val, args.epochs, args.long_factor = 32, 16, 4, 2
+        args.seeds = args.long_seeds = 1
+        args.precise_bn_batches = 2
+    return args
+
+
+def schedule_settings(epochs: int) -> tuple[int, list[int]]:
+    """Warm-up epochs and step milestones of a baseline of ``epochs`` epochs (as the demo: 5, [30, 36] of 40)."""
+    warmup = max(1, round(epochs / 8))
+    return warmup, sorted({m for m in (round(0.75 * epochs), round(0.9 * epochs)) if warmup < m < epochs})
+
+
+def run_one(
+    args: argparse.Namespace,
+    setting: Setting,
+    variant: str,
+    seed: int,
+    data: tuple[TrainFramesInMemory, EvalFramesInMemory],
+) -> dict[str, Any]:
+    pl.seed_everything(seed, verbose=False)
+    datamodule = MultigridVideoDataModule(
+        train_manifest="unused", val_manifest="unused", batch_size=args.batch_size, num_frames=args.num_frames,
+        crop_size=args.crop_size, sampling_rate=2, flip=False, num_workers=args.workers, seed=seed,
+    )
+    # setup() keeps datasets it already has: serve the frames held in memory.
+    datamodule._train_dataset, datamodule._val_dataset = data
+    warmup, milestones = schedule_settings(setting.epochs)
+    model = VideoClassifier(
+        num_classes=datamodule.num_classes, backbone="tiny", tiny_width=args.width, lr=args.lr, nesterov=False,
+        milestones=milestones, warmup_epochs=warmup, dropout_rate=0.0,
+    )
+    options = {**VARIANTS, **DIAGNOSES}[variant]
+    clock = TrainingClock()
+    callbacks: list[pl.Callback] = [clock]
+    multigrid = None
+    if options is not None:
+        options = {"precise_bn_batches": args.precise_bn_batches, "preflight": False, **options}
+        multigrid = MultigridCallback(**options)
+        callbacks.append(multigrid)
+    trainer = pl.Trainer(
+        max_epochs=setting.epochs, accelerator=args.accelerator, devices=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, check_val_every_n_epoch=max(1, setting.epochs // 8), callbacks=callbacks,
+    )
+    trainer.fit(model, datamodule=datamodule)
+    final = trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/top1"]
+    clock.curve[-1]["epoch"] = trainer.current_epoch  # the final validation
+    full_grid = trainer.global_step
+    if multigrid is not None and multigrid.schedule is not None:
+        base = multigrid.schedule.base_shape
+        counts = grid_counts(multigrid.schedule, len(data[0]))
+        full_grid = sum(c.iterations for c in counts if c.grid.num_frames == base.num_frames
+                        and c.grid.crop_size == base.crop_size)
+    return {
+        "task": setting.task, "length": setting.length, "variant": variant, "seed": seed,
+        "baseline_epochs": setting.epochs, "epochs": trainer.current_epoch, "iterations": trainer.global_step,
+        "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "cpu_seconds": clock.train_cpu_seconds,
+        "top1": float(final),
+        "curve": clock.curve,
+    }
+
+
+def load_data(args: argparse.Namespace, task: str, root: Path) -> tuple[TrainFramesInMemory, EvalFramesInMemory]:
+    directory = root / task
+    if not (directory / "train.csv").exists():
+        generate_synthetic_dataset(
+            directory, num_train=args.num_train, num_val=args.num_val, num_classes=8, width=64, height=48,
+            num_frames=40, seed=0, texture_cell=TASKS[task],
+        )
+    train = TrainFramesInMemory(str(directory / "train.csv"), flip=False)
+    val = EvalFramesInMemory(str(directory / "val.csv"), num_frames=args.num_frames, crop_size=args.crop_size, stride=2)
+    return train, val
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, float]]:
+    """Mean and spread over seeds, per (task, length, variant)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["task"], r["length"], r["variant"]), []).append(r)
+    summary = {}
+    for key, runs in groups.items():
+        top1 = [r["top1"] for r in runs]
+        summary[key] = {
+            "seeds": len(runs),
+            "top1": statistics.fmean(top1),
+            "top1_min": min(top1),
+            "top1_max": max(top1),
+            "iterations": statistics.fmean(r["iterations"] for r in runs),
+            "full_grid_iterations": statistics.fmean(r["full_grid_iterations"] for r in runs),
+            "seconds": statistics.fmean(r["seconds"] for r in runs),
+            "cpu_seconds": statistics.fmean(r.get("cpu_seconds", math.nan) for r in runs),
+        }
+    return summary
+
+
+def format_report(results: list[dict[str, Any]], machine: str) -> str:
+    summary = summarize(results)
+    lines = []
+    for task in TASKS:
+        for length in ("short", "long"):
+            rows = {v: s for (t, n, v), s in summary.items() if t == task and n == length}
+            if not rows:
+                continue
+            base = rows.get("baseline")
+            epochs = next(r["baseline_epochs"] for r in results if r["task"] == task and r["length"] == length)
+            lines.append(f"\n{task} task (texture cell {TASKS[task]} px), {length} schedule ({epochs} baseline epochs), "
+                         f"{machine}")
+            lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'iterations':>10} "
+                         f"{'full grid':>9} {'train s':>8} {'CPU s':>7} {'wall x':>7} {'CPU x':>6} {'vs base':>8}")
+            for variant, s in rows.items():
+                speed = f"{base['seconds'] / s['seconds']:.2f}x" if base else "-"
+                cpu_speed = f"{base['cpu_seconds'] / s['cpu_seconds']:.2f}x" if base else "-"
+                delta = f"{100 * (s['top1'] - base['top1']):+.1f}" if base else "-"
+                lines.append(
+                    f"{variant:<15} {s['seeds']:>5} {s['top1']:>10.3f} {s['top1_min']:>5.3f}-{s['top1_max']:<5.3f} "
+                    f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {s['cpu_seconds']:>7.1f} "
+                    f"{speed:>7} {cpu_speed:>6} {delta:>8}"
+                )
+    return "\n".join(lines)
+
+
+def format_markdown(results: list[dict[str, Any]]) -> str:
+    """The same tables as Markdown, for the README."""
+    summary = summarize(results)
+    lines = []
+    for task in TASKS:
+        for length in ("short", "long"):
+            rows = {v: s for (t, n, v), s in summary.items() if t == task and n == length}
+            if not rows:
+                continue
+            base = rows.get("baseline")
+            lines += [f"\n{task} task, {length} schedule\n",
+                      "| run | seeds | top-1 mean (min-max) | iterations | full-grid iterations | wall s | CPU s | "
+                      "speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|"]
+            for variant, s in rows.items():
+                speed = (f"{base['seconds'] / s['seconds']:.2f}x / {base['cpu_seconds'] / s['cpu_seconds']:.2f}x"
+                         if base else "-")
+                lines.append(
+                    f"| {variant} | {s['seeds']} | {s['top1']:.3f} ({s['top1_min']:.3f}-{s['top1_max']:.3f}) | "
+                    f"{s['iterations']:.0f} | {s['full_grid_iterations']:.0f} | {s['seconds']:.1f} | "
+                    f"{s['cpu_seconds']:.1f} | {speed} |"
+                )
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], out: Path) -> None:
+    """accuracy.png: mean top-1 against mean wall-clock per variant; curves.png: validation curves."""
+    from matplotlib.figure import Figure
+
+    summary = summarize(results)
+    panels = sorted({(t, n) for t, n, _ in summary}, key=lambda p: (list(TASKS).index(p[0]), p[1] != "short"))
+    # Top row wall-clock (the paper's Figure 3), bottom row CPU seconds: on a shared machine the
+    # process's CPU time is the steadier measure of the same work.
+    figure = Figure(figsize=(4.2 * len(panels) + 1.6, 7.2))
+    grid = figure.subplots(2, len(panels), squeeze=False)
+    for row, (key, label) in enumerate((("seconds", "training wall-clock (s)"), ("cpu_seconds", "training CPU time (s)"))):
+        for axis, (task, length) in zip(grid[row], panels):
+            for (t, n, variant), s in summary.items():
+                if (t, n) != (task, length):
+                    continue
+                marker = "s" if variant == "baseline" else "o"
+                axis.errorbar(s[key], s["top1"], yerr=[[s["top1"] - s["top1_min"]], [s["top1_max"] - s["top1"]]],
+                              fmt=marker, capsize=3, label=variant, color=_colour(variant))
+            axis.set_title(f"{task} task, {length} schedule", fontsize=9)
+            axis.set_xlabel(label)
+            axis.set_ylabel("val top-1 (mean, min-max over seeds)")
+            axis.set_ylim(0, 1.03)  # chance is 0.125: one scale for every panel
+            axis.grid(alpha=0.3)
+    handles = {h.get_label(): h for axis in grid.flat for h in axis.get_legend_handles_labels()[0]}
+    figure.legend(list(handles.values()), list(handles), fontsize=7, loc="outside right center")
+    figure.set_layout_engine("constrained")
+    figure.savefig(out / "accuracy.png", dpi=100)
+
+    figure = Figure(figsize=(4.2 * len(panels), 3.8))
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for axis, (task, length) in zip(axes, panels):
+        for r in results:
+            if (r["task"], r["length"]) != (task, length) or r["seed"] != min(
+                x["seed"] for x in results if (x["task"], x["length"]) == (task, length)
+            ):
+                continue
+            axis.plot([p["seconds"] for p in r["curve"]], [p["top1"] for p in r["curve"]], marker=".", label=r["variant"],
+                      color=_colour(r["variant"]))
+        axis.set_title(f"{task} task, {length} schedule (first seed)", fontsize=9)
+        axis.set_xlabel("training wall-clock (s)")
+        axis.set_ylabel("val top-1")
+        axis.grid(alpha=0.3)
+    axes[-1].legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(out / "curves.png", dpi=110)
+
+
+def _colour(variant: str) -> Any:
+    """One colour per variant, the same in every panel."""
+    from matplotlib import colormaps
+
+    names = [*VARIANTS, *DIAGNOSES]
+    return colormaps["tab20"](names.index(variant) % 20)
+
+
+def machine_name(accelerator: str) -> str:
+    if accelerator != "cpu" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def main() -> None:
+    args = parse_args()
+    if args.report is not None:
+        saved = [json.loads(path.read_text()) for path in args.report]
+        merged = [r for s in saved for r in s["results"]]
+        print(format_report(merged, saved[0]["machine"]))
+        if args.markdown:
+            print(format_markdown(merged))
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(merged, args.out)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads)
+    machine = machine_name(args.accelerator)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for task in args.tasks:
+            data = load_data(args, task, args.data or Path(scratch))
+            for length in args.lengths:
+                long = length == "long"
+                setting = Setting(task, length, args.epochs * (args.long_factor if long else 1))
+                for seed in range(args.first_seed, args.first_seed + (args.long_seeds if long else args.seeds)):
+                    for variant in args.long_variants if long else args.variants:
+                        result = run_one(args, setting, variant, seed, data)
+                        results.append(result)
+                        print(f"{task} {length} {variant} seed {seed}: top-1 {result['top1']:.3f}, "
+                              f"{result['iterations']} iterations, {result['seconds']:.1f} s", flush=True)
+                        (args.out / "results.json").write_text(
+                            json.dumps({"machine": machine, "args": vars(args) | {"out": str(args.out)},
+                                        "results": results}, indent=1, default=str)
+                        )
+    print(format_report(results, machine))
+    plot(results, args.out)
+    print(f"\nwrote {args.out / 'results.json'}, {args.out / 'accuracy.png'}, {args.out / 'curves.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""`benchmarks/accuracy.py --quick`: the accuracy benchmark runs end to end (smoke test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_accuracy_benchmark_quick(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "accuracy.py"), "--quick", "--tasks", "fine", "--lengths", "short",
+         "--variants", "baseline", "defaults", "full-grid-25", "--out", str(tmp_path)],
+        capture_output=True, text=True, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [r["variant"] for r in runs] == ["baseline", "defaults", "full-grid-25"]
+    baseline, defaults, share = runs
+    # --quick: 32 videos in batches of 8 for 4 baseline epochs = 16 iterations, all at the full grid.
+    assert (baseline["iterations"], baseline["full_grid_iterations"]) == (16, 16)
+    assert defaults["iterations"] < 16 and defaults["epochs"] == 6  # round(1.5 * 4)
+    # full_grid_share=0.25: ceil(0.25 * 4) = 1 fine-tuning epoch of 4 iterations at the full grid, at least.
+    assert share["full_grid_iterations"] >= 4 > defaults["full_grid_iterations"]
+    assert all(0 <= r["top1"] <= 1 and r["seconds"] > 0 and r["curve"] for r in runs)
+    assert "fine task (texture cell 2 px), short schedule" in result.stdout
+    for figure in ("accuracy.png", "curves.png"):
+        assert (tmp_path / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
