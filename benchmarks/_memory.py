@@ -18,15 +18,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decode import VideoReader
-from lightning_multigrid.data.sampling import ClipParams
 
 __all__ = ["EvalFramesInMemory", "TrainFramesInMemory"]
 
 
 class _FramesInMemory:
-    """Decodes every video of ``self.manifest`` once; ``_load`` cuts clips from RAM."""
+    """Decodes every video of ``self.manifest`` once; ``_load`` cuts clips from RAM.
+
+    The clip parameters come from the same draw as for decoding. The crop box is mapped back onto
+    the source frame and only that region is resized (antialiased bilinear), which matches
+    resize-then-crop up to sub-pixel rounding at a fraction of the cost.
+    """
 
     manifest: Any
     metadata: Any

@@ -31,10 +31,11 @@ The long schedule runs the baseline, the defaults, ``bn-scaled`` and ``frames-on
 Validation (160 videos, base shape, precise BN for multigrid) runs every ``epochs / 8`` epochs
 for the curves; its time (and precise BN's) is left out of the wall-clock, which is training
 only. The table also gives the process's CPU seconds: steadier than wall-clock on a shared
-machine (the loader runs in the main process, one torch thread). Results go to ``--out/results.json`` after every run (so a long run can be
-reported before it ends), then a table per task and length (mean and spread of top-1 over
-seeds) and ``--out/accuracy.png`` (top-1 against wall-clock, like the paper's Figure 3) and
-``--out/curves.png`` (validation curves).
+machine (the loader runs in the main process, one torch thread). Results go to
+``--out/results.json`` after every run (so a long run can be reported before it ends), then a
+table per task and length (mean and spread of top-1 over seeds) and ``--out/accuracy.png``
+(top-1 against wall-clock, like the paper's Figure 3) and ``--out/curves.png`` (validation
+curves).
 
     python benchmarks/accuracy.py                      # every variant, 2 seeds (about 30 min of one free core)
     python benchmarks/accuracy.py --quick              # a smoke run: tiny data, 4 epochs, one seed
@@ -56,8 +57,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-
 from _memory import EvalFramesInMemory, TrainFramesInMemory  # benchmarks/ is on sys.path when run as a script
+
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.compare import TrainingClock
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule

@@ -44,17 +44,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import av
-import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
+from _memory import TrainFramesInMemory  # benchmarks/ is on sys.path when run as a script
 
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.decode import VideoReader
 from lightning_multigrid.data.extract import extract_frames
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
@@ -96,41 +92,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--accelerator", default="auto")
     parser.add_argument("--precision", default="32-true")
     return parser.parse_args()
-
-
-class FramesInMemory(TrainVideoDataset):
-    """Training clips cut from videos decoded once into RAM (shared with forked workers).
-
-    The clip parameters come from the same draw as for decoding (`sample_clip_params`). The crop
-    box is mapped back onto the source frame and only that region is resized (antialiased
-    bilinear), which matches resize-then-crop up to sub-pixel rounding at a fraction of the cost.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.frames: dict[str, torch.Tensor] = {}  # path -> uint8 (T, 3, H, W)
-        for entry in self.manifest.entries:
-            with VideoReader(entry.path) as reader:
-                self.metadata.put(entry.path, reader.metadata)
-            with av.open(entry.path) as container:
-                rgb = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
-            self.frames[entry.path] = torch.from_numpy(np.stack(rgb)).permute(0, 3, 1, 2).contiguous()
-
-    def _load(self, video_index: int, draw: Any) -> torch.Tensor:
-        path = self.manifest.entries[video_index].path
-        metadata = self.metadata.get(path)
-        params: ClipParams = draw(metadata)
-        source = self.frames[path]
-        height, width = source.shape[-2:]
-        scale_y, scale_x = height / params.resize_height, width / params.resize_width
-        crop = params.crop_size
-        top, left = round(params.crop_y * scale_y), round(params.crop_x * scale_x)
-        bottom, right = round((params.crop_y + crop) * scale_y), round((params.crop_x + crop) * scale_x)
-        region = source[list(params.frame_indices), :, top:bottom, left:right]
-        clip = F.interpolate(region, size=(crop, crop), mode="bilinear", antialias=True)
-        if params.flip:
-            clip = clip.flip(-1)
-        return clip.permute(1, 0, 2, 3).contiguous()  # (C, T, H, W)
 
 
 class GridThroughput(pl.Callback):
@@ -311,7 +272,7 @@ def main() -> None:
         for backbone, source in itertools.product(backbones, sources):
             dataset = None
             if source == "memory":
-                dataset = FramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
+                dataset = TrainFramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
             manifests = frame_manifests if source.startswith("frames") else None
             decode = "device" if source == "frames-gpu" else "workers"
             results[backbone, source] = {

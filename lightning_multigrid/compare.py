@@ -131,9 +131,9 @@ def run_compare(
 
 
 def _run_one(name: str, args: list[str]) -> RunResult:
-    from lightning_multigrid.trainer_cli import MultigridCLI
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
     from lightning_multigrid.module import VideoClassifier
+    from lightning_multigrid.trainer_cli import MultigridCLI
 
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # `compare`'s own arguments are in sys.argv; LightningCLI gets only `args`, on purpose.

@@ -8,6 +8,7 @@ import pytest
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.schedule import GridShape
+
 from test_callback import MILESTONES, RecordingNet, fit, make_datamodule, train_manifest  # noqa: F401 (fixture)
 
 

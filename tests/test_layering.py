@@ -24,6 +24,7 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}._internals",
     f"{PACKAGE}.callback",
     f"{PACKAGE}.cli",
+    f"{PACKAGE}.compare",
     f"{PACKAGE}.data.datamodule",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
