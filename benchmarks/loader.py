@@ -266,7 +266,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def selected_grids(wanted: str | None) -> list[Grid]:
     """The benchmark schedule's grids, only those named in ``--grids`` when given."""
     schedule = build_schedule(
-        MultigridConfig(batch_size=8, num_frames=16, crop_size=112, sampling_rate=4, max_epochs=100, milestones=(50, 80))
+        MultigridConfig(base=GridShape(8, 16, 112), sampling_rate=4, max_epochs=100, milestones=(50, 80))
     )
     grids = schedule_grids(schedule)
     if wanted:

@@ -191,8 +191,6 @@ class MultigridCallback(Callback):
                 "`base_shape`, `sampling_rate` and `attach_schedule(schedule)` and build its train "
                 "loader with `ShortCycleBatchSampler`."
             )
-        if self.short_cycle and self.long_cycle:
-            _check_short_cycle_crops(trainer.datamodule.base_shape.crop_size, self.long_cycle_factors, self.short_cycle_factors)
         if isinstance(trainer.val_check_interval, int) and trainer.check_val_every_n_epoch is None:
             raise ValueError(
                 f"`Trainer(val_check_interval={trainer.val_check_interval}, check_val_every_n_epoch=None)` "
@@ -251,14 +249,11 @@ class MultigridCallback(Callback):
         rank_zero_info(self._summary(datamodule))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
-        base = trainer.datamodule.base_shape
         milestones: Sequence[int] | None = self.milestones
         if milestones is None:
             milestones = _find_milestones(pl_module, trainer.lr_scheduler_configs, steps_per_epoch, self._baseline_max_epochs)
         config = MultigridConfig(
-            batch_size=base.batch_size,
-            num_frames=base.num_frames,
-            crop_size=base.crop_size,
+            base=trainer.datamodule.base_shape,
             max_epochs=self._baseline_max_epochs,
             milestones=tuple(milestones),
             sampling_rate=trainer.datamodule.sampling_rate,
@@ -479,31 +474,13 @@ def _setting_owner(trainer: pl.Trainer, name: str) -> Any:
     return trainer
 
 
-def _check_short_cycle_crops(
-    crop_size: int, long_cycle_factors: Sequence[Sequence[float]], short_cycle_factors: Sequence[float]
-) -> None:
-    """Raise unless every short-cycle crop is at most every long-cycle crop, in pixels.
-
-    The short cycle shrinks the long-cycle crop and grows the batch by ``round((long/short)^2)``;
-    a short crop above the long crop would enlarge the crop instead, with the same batch or, below
-    ``long/short = 1/sqrt(2)``, a batch of 0 clips.
-    """
-    largest_short = max(max(1, round(f * crop_size)) for f in short_cycle_factors)
-    for t_factor, s_factor in long_cycle_factors:
-        long_crop = max(1, round(s_factor * crop_size))
-        if long_crop < largest_short:
-            raise ValueError(
-                f"`long_cycle_factors` entry ({t_factor}, {s_factor}) gives a {long_crop}-pixel crop, "
-                f"smaller than the {largest_short}-pixel short-cycle crop of `short_cycle_factors`="
-                f"{tuple(short_cycle_factors)} (of crop_size={crop_size}): the short cycle would enlarge the "
-                f"crop (and can give batches of no clips). Use s_factors >= {max(short_cycle_factors):.3f}, "
-                "smaller `short_cycle_factors`, or `short_cycle=False`."
-            )
-
-
 def _config_from_dict(values: dict[str, Any]) -> MultigridConfig:
     """Rebuild a config saved with ``dataclasses.asdict`` (lists back to tuples)."""
     values = dict(values)
+    base = values.pop("base", None)
+    if base is None:  # checkpoints written before the config held one GridShape
+        base = {name: values.pop(name) for name in ("batch_size", "num_frames", "crop_size")}
+    values["base"] = GridShape(**base)
     values["milestones"] = tuple(values["milestones"])
     values["long_cycle_factors"] = tuple(tuple(f) for f in values["long_cycle_factors"])
     values["short_cycle_factors"] = tuple(values["short_cycle_factors"])

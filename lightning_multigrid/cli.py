@@ -13,7 +13,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 __all__ = ["main"]
 
@@ -54,9 +54,7 @@ def _run_schedule(args: argparse.Namespace) -> None:
     from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
 
     config = MultigridConfig(
-        batch_size=args.batch_size,
-        num_frames=args.num_frames,
-        crop_size=args.crop_size,
+        base=GridShape(args.batch_size, args.num_frames, args.crop_size),
         sampling_rate=args.sampling_rate,
         max_epochs=args.max_epochs,
         milestones=tuple(args.milestones),

@@ -8,7 +8,7 @@ data module only read it.
 Example::
 
     schedule = build_schedule(MultigridConfig(
-        batch_size=8, num_frames=32, crop_size=224, sampling_rate=2,
+        base=GridShape(batch_size=8, num_frames=32, crop_size=224), sampling_rate=2,
         milestones=(94, 154, 196), max_epochs=239, devices=8))
     schedule.max_epochs                # 358
     schedule.stage_at(0).shape         # GridShape(batch_size=64, num_frames=8, crop_size=158)
@@ -22,6 +22,8 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Literal
+
+from lightning_multigrid._checks import check_positive_int
 
 __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
@@ -132,9 +134,7 @@ class MultigridConfig:
     """The baseline run's settings and the multigrid options.
 
     Args:
-        batch_size: baseline clips per device ``B``.
-        num_frames: baseline frames per clip ``T``.
-        crop_size: baseline crop ``S`` in pixels.
+        base: the baseline grid ``B x T x S``: clips per device, frames per clip, crop in pixels.
         max_epochs: baseline number of epochs.
         milestones: epochs (0-based) where the baseline LR stages after the first start,
             strictly increasing, each in ``(0, max_epochs)``.
@@ -147,7 +147,8 @@ class MultigridConfig:
         long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first,
             each factor in ``(0, 1]``; the last one is usually ``(1, 1)``.
         short_cycle_factors: crop factors of the two smaller short-cycle iterations, in
-            ``(0, 1]``, relative to the baseline crop.
+            ``(0, 1]``, relative to the baseline crop. With both cycles on, no short-cycle crop may
+            exceed a long-cycle crop (the short cycle would enlarge the crop).
         bn_base_size: clips over which BatchNorm computes statistics.
         scale_bn_base_size: multiply ``bn_base_size`` by each long-cycle shape's relative batch
             ``r``, so a statistic covers as many values (clips x frames x pixels) on every grid
@@ -163,9 +164,7 @@ class MultigridConfig:
             resolves, on short schedules (README, "Accuracy at small scale").
     """
 
-    batch_size: int
-    num_frames: int
-    crop_size: int
+    base: GridShape
     max_epochs: int
     milestones: tuple[int, ...] = ()
     sampling_rate: float = 1
@@ -182,10 +181,37 @@ class MultigridConfig:
     scale_bn_base_size: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "num_frames", "crop_size", "max_epochs", "devices", "bn_base_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        object.__setattr__(self, "milestones", tuple(self.milestones))
+        object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
+        object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
+        self._check_numbers()
+        self._check_milestones()
+        self._check_factors()
+        if self.jitter_scales is not None:
+            self._check_jitter_scales(self.jitter_scales)
+
+    @property
+    def batch_size(self) -> int:
+        """Baseline clips per device ``B``."""
+        return self.base.batch_size
+
+    @property
+    def num_frames(self) -> int:
+        """Baseline frames per clip ``T``."""
+        return self.base.num_frames
+
+    @property
+    def crop_size(self) -> int:
+        """Baseline crop ``S`` in pixels."""
+        return self.base.crop_size
+
+    def _check_numbers(self) -> None:
+        if not isinstance(self.base, GridShape):
+            raise TypeError(f"`base` must be a GridShape(batch_size, num_frames, crop_size), got {self.base!r}.")
+        for name in ("batch_size", "num_frames", "crop_size"):
+            check_positive_int(name, getattr(self.base, name))
+        for name in ("max_epochs", "devices", "bn_base_size"):
+            check_positive_int(name, getattr(self, name))
         for name in ("sampling_rate", "epoch_factor", "gamma"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
@@ -193,9 +219,8 @@ class MultigridConfig:
         share = self.full_grid_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {share!r}.")
-        object.__setattr__(self, "milestones", tuple(self.milestones))
-        object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
-        object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
+
+    def _check_milestones(self) -> None:
         previous = 0
         for milestone in self.milestones:
             if not isinstance(milestone, int) or isinstance(milestone, bool):
@@ -209,6 +234,8 @@ class MultigridConfig:
             raise ValueError(
                 f"`milestones` must be < `max_epochs`={self.max_epochs}, got {list(self.milestones)!r}."
             )
+
+    def _check_factors(self) -> None:
         if not self.long_cycle_factors:
             raise ValueError("`long_cycle_factors` must name at least one shape, got ().")
         for pair in self.long_cycle_factors:
@@ -220,15 +247,37 @@ class MultigridConfig:
             raise ValueError(
                 f"`short_cycle_factors` must be two factors in (0, 1], got {self.short_cycle_factors!r}."
             )
-        if self.jitter_scales is not None:
-            low, high = self.jitter_scales
-            if not 0 < low <= high:
-                raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {self.jitter_scales!r}.")
-            if low < self.crop_size:
+        if self.long_cycle and self.short_cycle:
+            self._check_short_cycle_crops()
+
+    def _check_short_cycle_crops(self) -> None:
+        """Every short-cycle crop at most every long-cycle crop, in pixels.
+
+        The short cycle shrinks the long-cycle crop and grows the batch by ``round((long/short)^2)``;
+        a short crop above the long crop would enlarge the crop instead, with the same batch or, below
+        ``long/short = 1/sqrt(2)``, a batch of 0 clips.
+        """
+        largest_short = max(_short_cycle_crops(self))
+        for t_factor, s_factor in self.long_cycle_factors:
+            long_crop = max(1, round(s_factor * self.crop_size))
+            if long_crop < largest_short:
                 raise ValueError(
-                    f"`jitter_scales` min {low} is smaller than `crop_size`={self.crop_size}: "
-                    "the crop would not fit; raise the min scale."
+                    f"`long_cycle_factors` entry ({t_factor}, {s_factor}) gives a {long_crop}-pixel crop, "
+                    f"smaller than the {largest_short}-pixel short-cycle crop of `short_cycle_factors`="
+                    f"{tuple(self.short_cycle_factors)} (of crop_size={self.crop_size}): the short cycle would "
+                    f"enlarge the crop (and can give batches of no clips). Use s_factors >= "
+                    f"{max(self.short_cycle_factors):.3f}, smaller `short_cycle_factors`, or `short_cycle=False`."
                 )
+
+    def _check_jitter_scales(self, jitter_scales: tuple[int, int]) -> None:
+        low, high = jitter_scales
+        if not 0 < low <= high:
+            raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
+        if low < self.crop_size:
+            raise ValueError(
+                f"`jitter_scales` min {low} is smaller than `crop_size`={self.crop_size}: "
+                "the crop would not fit; raise the min scale."
+            )
 
     @property
     def num_lr_stages(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from lightning_multigrid.data.synthetic import SyntheticDataset
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 from conftest import run_ddp_script
 
@@ -29,8 +29,14 @@ CLIPS_PER_RANK = math.ceil(TRAIN_VIDEOS / DEVICES)
 
 # Must match tests/ddp_fit.py.
 SCHEDULE = build_schedule(
-    MultigridConfig(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=4, milestones=(2,),
-                    devices=DEVICES, bn_base_size=2)
+    MultigridConfig(
+        base=GridShape(1, 8, 32),
+        sampling_rate=2,
+        max_epochs=4,
+        milestones=(2,),
+        devices=DEVICES,
+        bn_base_size=2,
+    )
 )
 
 

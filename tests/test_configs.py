@@ -25,7 +25,7 @@ import yaml
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.models import BACKBONES, TWO_PATHWAY_BACKBONES
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
@@ -127,9 +127,7 @@ def test_config_describes_a_consistent_run(config: Path) -> None:
         warnings.simplefilter("error")  # a dropped long-cycle stage warns
         schedule = build_schedule(
             MultigridConfig(
-                batch_size=data["batch_size"],
-                num_frames=data["num_frames"],
-                crop_size=data["crop_size"],
+                base=GridShape(data["batch_size"], data["num_frames"], data["crop_size"]),
                 max_epochs=trainer["max_epochs"],
                 milestones=tuple(multigrid.get("milestones") or milestones),
                 sampling_rate=data.get("sampling_rate", 4),

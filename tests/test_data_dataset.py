@@ -16,7 +16,7 @@ from lightning_multigrid.data.decode import VideoDecodeError, VideoReader
 from lightning_multigrid.data.manifest import ManifestError
 from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.data.synthetic import SyntheticDataset
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 from conftest import BROKEN_KINDS, VideoFactory
 
@@ -27,7 +27,7 @@ def request(index: int = 0, seed: int = 0, num_frames: int = 4, crop_size: int =
 
 def test_every_grid_of_a_schedule(synthetic_dataset: SyntheticDataset) -> None:
     schedule = build_schedule(
-        MultigridConfig(batch_size=2, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=8, milestones=(4, 6))
+        MultigridConfig(base=GridShape(2, 8, 32), sampling_rate=2, max_epochs=8, milestones=(4, 6))
     )
     dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
     seen = set()

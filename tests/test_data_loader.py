@@ -13,11 +13,11 @@ from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.loader import ChunkedBatches, ChunkedDataLoader, chunk, join_batches
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
-from lightning_multigrid.schedule import MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 def schedule() -> MultigridSchedule:
-    config = MultigridConfig(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=4)
+    config = MultigridConfig(base=GridShape(1, 8, 32), sampling_rate=2, max_epochs=4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return build_schedule(config)

@@ -26,7 +26,10 @@ BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_r
 
 def make_schedule(max_epochs: int = 4, devices: int = 1, **options: Any) -> MultigridSchedule:
     # max_epochs=4: epochs 0-2 at 2x23 (b=8), 3 at 4x23, 4 at 4x32, 5 at 8x32, short cycle on.
-    config = MultigridConfig(max_epochs=max_epochs, devices=devices, **BASE, **options)
+    config = MultigridConfig(
+        base=GridShape(BASE["batch_size"], BASE["num_frames"], BASE["crop_size"]),
+        sampling_rate=BASE["sampling_rate"], max_epochs=max_epochs, devices=devices, **options,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return build_schedule(config)

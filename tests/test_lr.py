@@ -10,7 +10,7 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
 from lightning_multigrid.lr import BaselineLR, MultigridLR
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 
 def _optimizer(lr: float = 0.1) -> torch.optim.Optimizer:
@@ -87,7 +87,7 @@ def test_multigrid_lr_scales_each_step_and_gives_the_lr_back():
     # baseline stage 0 and 27-30 at stage 1. Epochs 0-24 cover baseline 0-8.89 (10/27 per epoch),
     # 24-27 baseline 8.89-10, 27-30 baseline 10-20.
     schedule = build_schedule(
-        MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=20, milestones=(10,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
     )
     weight = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)

@@ -38,7 +38,7 @@ ALPHA = 4  # SlowFast frame-rate ratio
 
 def grids(num_frames: int, crop_size: int) -> tuple[GridShape, ...]:
     """Every grid of a small long + short cycle schedule, e.g. 2x32 ... 8x64 for base 8x64."""
-    config = MultigridConfig(batch_size=2, num_frames=num_frames, crop_size=crop_size, max_epochs=10, milestones=(4, 8))
+    config = MultigridConfig(base=GridShape(2, num_frames, crop_size), max_epochs=10, milestones=(4, 8))
     return build_schedule(config).distinct_grids()
 
 

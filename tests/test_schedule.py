@@ -21,8 +21,7 @@ from lightning_multigrid.schedule import (
 
 # The Kinetics SlowFast 8x8 R50 configuration of the reference implementation.
 KINETICS = dict(
-    batch_size=8, devices=8, num_frames=32, crop_size=224, sampling_rate=2,
-    milestones=(94, 154, 196), max_epochs=239,
+    base=GridShape(8, 32, 224), devices=8, sampling_rate=2, milestones=(94, 154, 196), max_epochs=239,
 )
 
 
@@ -105,8 +104,11 @@ def test_no_cycles_is_the_baseline():
 )
 def test_invariants(long_cycle, short_cycle, max_epochs, milestones):
     config = MultigridConfig(
-        batch_size=4, num_frames=16, crop_size=112, max_epochs=max_epochs, milestones=milestones,
-        long_cycle=long_cycle, short_cycle=short_cycle,
+        base=GridShape(4, 16, 112),
+        max_epochs=max_epochs,
+        milestones=milestones,
+        long_cycle=long_cycle,
+        short_cycle=short_cycle,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortScheduleWarning)
@@ -133,14 +135,14 @@ def test_invariants(long_cycle, short_cycle, max_epochs, milestones):
 
 
 def test_short_schedule_ten_epochs():
-    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=10, milestones=(4, 8)))
+    schedule = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=10, milestones=(4, 8)))
     assert schedule.max_epochs == 15
     assert len(schedule.stages) == 10  # 2 cycles of 4 shapes, fine-tuning in two halves
     assert len({s.end_epoch for s in schedule.stages}) == len(schedule.stages)
 
 
 def test_too_short_schedule_warns_and_drops_shapes():
-    config = MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=5, milestones=(2, 4))
+    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=5, milestones=(2, 4))
     with pytest.warns(ShortScheduleWarning, match="too few for every long-cycle shape"):
         schedule = build_schedule(config)
     # round(5 * 1.5) = 8 epochs for 8 long-cycle shapes + 2 fine-tuning halves: drop two.
@@ -150,7 +152,7 @@ def test_too_short_schedule_warns_and_drops_shapes():
 
 
 def test_fewer_epochs_than_lr_stages_is_an_error():
-    config = MultigridConfig(batch_size=8, num_frames=16, crop_size=112, max_epochs=4, milestones=(1, 2, 3), epoch_factor=0.5)
+    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=4, milestones=(1, 2, 3), epoch_factor=0.5)
     with pytest.raises(ValueError, match="fewer than its 4 LR stages"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortScheduleWarning)
         build_schedule(config)
@@ -196,11 +198,11 @@ def test_plan_batchnorm_that_cannot_be_split():
     with pytest.raises(ValueError, match="do not divide `devices`=3"):
         plan_batchnorm(4, 8, 3)
     with pytest.raises(ValueError, match="bn_base_size"):
-        build_schedule(MultigridConfig(batch_size=4, num_frames=8, crop_size=64, max_epochs=10, devices=3))
+        build_schedule(MultigridConfig(base=GridShape(4, 8, 64), max_epochs=10, devices=3))
 
 
 def test_sync_group_in_schedule():
-    schedule = build_schedule(MultigridConfig(batch_size=2, num_frames=16, crop_size=112, max_epochs=10, devices=4))
+    schedule = build_schedule(MultigridConfig(base=GridShape(2, 16, 112), max_epochs=10, devices=4))
     # Coarse grids have b = 16 -> split 2; the base grid b = 2 -> sync over 4 ranks.
     assert schedule.stages[0].bn == BNPlan("split", num_splits=2)
     assert schedule.stages[-1].bn == BNPlan("sync", group_size=4)
@@ -226,9 +228,9 @@ def test_distinct_grids():
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"batch_size": 0}, "`batch_size` must be a positive integer, got 0"),
-        ({"num_frames": -1}, "`num_frames`"),
-        ({"crop_size": 2.5}, "`crop_size`"),
+        ({"base": GridShape(0, 32, 224)}, "`batch_size` must be a positive integer, got 0"),
+        ({"base": GridShape(8, -1, 224)}, "`num_frames`"),
+        ({"base": GridShape(8, 32, 2.5)}, "`crop_size`"),  # type: ignore[arg-type]
         ({"max_epochs": 0}, "`max_epochs`"),
         ({"devices": 0}, "`devices`"),
         ({"bn_base_size": 0}, "`bn_base_size`"),
@@ -245,6 +247,12 @@ def test_distinct_grids():
         ({"long_cycle_factors": ()}, "long_cycle_factors"),
         ({"short_cycle_factors": (0.5, 2.0)}, "short_cycle_factors"),
         ({"jitter_scales": (100, 320)}, "smaller than `crop_size`=224"),
+        # s_factor 0.4 < 1/sqrt2: round(0.4 * 224) = 90 px is below the short cycle's
+        # round(224 / sqrt2) = 158 px, which would give short-cycle batches of round((90/158)^2) = 0 clips.
+        (
+            {"long_cycle_factors": ((0.25, 0.4), (1.0, 1.0))},
+            r"\(0\.25, 0\.4\) gives a 90-pixel crop, smaller than the 158-pixel short-cycle crop",
+        ),
     ],
 )
 def test_bad_settings(overrides, match):
@@ -271,14 +279,14 @@ def test_schedule_module_imports_no_torch():
 
 def test_equation_1_rounding_literal():
     # r = round(16 * 112^2 / (4 * 79^2)) = round(8.04) = 8; batch = 2 * 8.
-    schedule = build_schedule(MultigridConfig(batch_size=2, num_frames=16, crop_size=112, max_epochs=20, milestones=(10,)))
+    schedule = build_schedule(MultigridConfig(base=GridShape(2, 16, 112), max_epochs=20, milestones=(10,)))
     assert schedule.stages[0].shape == GridShape(16, 4, 79)
     assert math.isclose(schedule.stages[0].sampling_rate[1], 4.0)
 
 
 # A small baseline: 16 epochs of 8 clips x 8 frames x 32 px over 960 clips (120 iterations an
 # epoch, 1920 in all), LR steps at 12 and 14: the accuracy benchmark's short schedule.
-SMALL = dict(batch_size=8, num_frames=8, crop_size=32, sampling_rate=2, max_epochs=16, milestones=(12, 14))
+SMALL = dict(base=GridShape(8, 8, 32), sampling_rate=2, max_epochs=16, milestones=(12, 14))
 
 
 def test_grid_counts_small_schedule():
@@ -304,8 +312,13 @@ def test_grid_counts_small_schedule():
 
 def test_grid_counts_per_device_with_padding():
     # 2 devices, 101 clips: each rank serves ceil(101 / 2) = 51 clips an epoch, the last batch of 3.
-    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=8, crop_size=32, max_epochs=4,
-                                              devices=2, long_cycle=False, short_cycle=False))
+    schedule = build_schedule(MultigridConfig(
+        base=GridShape(8, 8, 32),
+        max_epochs=4,
+        devices=2,
+        long_cycle=False,
+        short_cycle=False,
+    ))
     (count,) = grid_counts(schedule, 101)
     assert (count.grid, count.iterations, count.clips) == (GridShape(8, 8, 32), 4 * 7, 4 * 51)
 
@@ -349,7 +362,7 @@ def test_full_grid_share_kinetics():
 
 
 def test_full_grid_share_without_milestones_adds_fine_tuning():
-    config = MultigridConfig(batch_size=8, num_frames=8, crop_size=32, max_epochs=10, full_grid_share=0.5)
+    config = MultigridConfig(base=GridShape(8, 8, 32), max_epochs=10, full_grid_share=0.5)
     schedule = build_schedule(config)
     # One long cycle over the paper's 15 epochs (1.5 x 10), then ceil(0.5 * 10) = 5 epochs at the
     # base shape, in the same (only) LR stage.
@@ -376,7 +389,7 @@ def test_scale_bn_base_size_one_device():
 
 
 def test_scale_bn_base_size_syncs_across_ranks():
-    config = dict(batch_size=2, devices=8, num_frames=8, crop_size=32, max_epochs=16, milestones=(12, 14))
+    config = dict(base=GridShape(2, 8, 32), devices=8, max_epochs=16, milestones=(12, 14))
     paper = build_schedule(MultigridConfig(**config))
     scaled = build_schedule(MultigridConfig(**config, scale_bn_base_size=True))
     # Coarsest: 2 x 8 = 16 clips per device. Paper: 16 / 8 = 2 splits. Scaled: base size

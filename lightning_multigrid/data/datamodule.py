@@ -292,26 +292,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 jitter range than this DataModule's.
         """
         if schedule is not None:
+            # The callback builds the schedule from these values; this guards hand-built ones.
             config = schedule.config
-            if schedule.base_shape != self.base_shape:
+            ours = (self.base_shape, self.sampling_rate, self.jitter_scales)
+            theirs = (config.base, config.sampling_rate, config.jitter_scales)
+            if theirs != ours:
                 raise ValueError(
-                    f"The schedule's base shape {schedule.base_shape} differs from the DataModule's "
-                    f"{self.base_shape}: build the schedule from `datamodule.base_shape`."
-                )
-            if config.sampling_rate != self.sampling_rate:
-                raise ValueError(
-                    f"The schedule's `sampling_rate`={config.sampling_rate} differs from the DataModule's "
-                    f"`sampling_rate`={self.sampling_rate}: build the schedule from `datamodule.sampling_rate`."
-                )
-            if self.jitter_scales is not None and config.jitter_scales not in (None, self.jitter_scales):
-                raise ValueError(
-                    f"The schedule's `jitter_scales`={config.jitter_scales} differ from the DataModule's "
-                    f"`jitter_scales`={self.jitter_scales}: pass the same to both."
-                )
-            if self.jitter_scales is not None and config.jitter_scales is None:
-                raise ValueError(
-                    f"The DataModule has `jitter_scales`={self.jitter_scales} but the schedule uses the "
-                    "default: build the schedule with `MultigridConfig(jitter_scales=datamodule.jitter_scales)`."
+                    f"The schedule was built for another base shape, frame stride or jitter range: "
+                    f"(base, sampling_rate, jitter_scales) = {theirs}, the DataModule serves {ours}: "
+                    "build it with `MultigridConfig(base=datamodule.base_shape, "
+                    "sampling_rate=datamodule.sampling_rate, jitter_scales=datamodule.jitter_scales, ...)`."
                 )
         self._schedule = schedule
         self._train_loader = None
@@ -575,9 +565,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         if self._baseline is None:
             self._baseline = build_schedule(
                 MultigridConfig(
-                    batch_size=self.batch_size,
-                    num_frames=self.num_frames,
-                    crop_size=self.crop_size,
+                    base=self.base_shape,
                     max_epochs=1,
                     sampling_rate=self.sampling_rate,
                     long_cycle=False,

@@ -13,8 +13,7 @@ attribute of the same name, so Lightning can swap in its ``DistributedSampler``.
 
 Example::
 
-    schedule = build_schedule(MultigridConfig(batch_size=8, num_frames=16, crop_size=112,
-                                              max_epochs=30, milestones=(20,)))
+    schedule = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=30, milestones=(20,)))
     sampler = EpochShardSampler(len(dataset), num_replicas=world_size, rank=rank, seed=0)
     batch_sampler = ShortCycleBatchSampler(sampler, schedule, seed=0)
     loader = DataLoader(dataset, batch_sampler=batch_sampler, num_workers=8)
@@ -121,7 +120,7 @@ class ShortCycleBatchSampler(BatchSampler):
     Raises:
         TypeError: when ``sampler`` has no length.
         ValueError: when ``start_epoch`` or ``start_iteration`` is negative, ``start_iteration``
-            is given without ``start_epoch``, or the schedule has a grid with no clips.
+            is given without ``start_epoch``.
     """
 
     def __init__(
@@ -145,14 +144,6 @@ class ShortCycleBatchSampler(BatchSampler):
             raise ValueError(f"`start_iteration` must be an integer >= 0, got {start_iteration!r}.")
         if start_iteration and start_epoch is None:
             raise ValueError("`start_iteration` needs `start_epoch`: the epoch the skipped iterations belong to.")
-        for stage in schedule.stages:
-            empty = [grid for grid in (*stage.short_cycle, stage.shape) if grid.batch_size < 1]
-            if empty:
-                raise ValueError(
-                    f"The schedule gives grids with no clips in epochs {stage.start_epoch}-{stage.end_epoch - 1}: "
-                    f"{empty}. A short-cycle crop larger than the long-cycle crop does that; check "
-                    "`long_cycle_factors` against `short_cycle_factors`."
-                )
         self.sampler = sampler
         self.schedule = schedule
         self.drop_last = drop_last
