@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,6 +37,7 @@ __all__ = [
     "ShortScheduleWarning",
     "Stage",
     "build_schedule",
+    "count_batches",
     "grid_counts",
     "plan_batchnorm",
 ]
@@ -324,10 +326,8 @@ class MultigridSchedule:
 
     def short_cycle_at(self, epoch: int, iteration: int) -> GridShape:
         """The grid of 0-based ``iteration`` of ``epoch`` (the long-cycle grid without short cycle)."""
-        stage = self.stage_at(epoch)
-        if not stage.short_cycle:
-            return stage.shape
-        return stage.short_cycle[iteration % len(stage.short_cycle)]
+        cycle = self.cycle_at(epoch)
+        return cycle[iteration % len(cycle)]
 
     def relative_lr_at(self, epoch: int) -> float:
         """``gamma ** lr_stage * lr_factor``: the reference implementation's relative LR."""
@@ -369,19 +369,15 @@ class MultigridSchedule:
         """
         if dataset_size <= 0:
             raise ValueError(f"`dataset_size` must be a positive integer, got {dataset_size!r}.")
-        stage = self.stage_at(epoch)
-        cycle = stage.short_cycle or (stage.shape,)
+        cycle = self.cycle_at(epoch)
         clips = math.ceil(dataset_size / self.config.devices)
-        full_cycles, remainder = divmod(clips, sum(g.batch_size for g in cycle))
-        counts = []
-        for grid in cycle:
-            iterations, served = full_cycles, full_cycles * grid.batch_size
-            if remainder > 0:
-                iterations += 1
-                served += min(grid.batch_size, remainder)
-                remainder -= grid.batch_size
-            counts.append(GridCount(grid, iterations, served))
-        return tuple(counts)
+        counts = count_batches(clips, [grid.batch_size for grid in cycle])
+        return tuple(GridCount(grid, iterations, served) for grid, (iterations, served) in zip(cycle, counts))
+
+    def cycle_at(self, epoch: int) -> tuple[GridShape, ...]:
+        """The grids iterations of ``epoch`` go through in turn: the short cycle, or the stage's shape."""
+        stage = self.stage_at(epoch)
+        return stage.short_cycle or (stage.shape,)
 
     def total_iterations(self, dataset_size: int) -> int:
         """Iterations per device over the whole multigrid run."""
@@ -396,9 +392,38 @@ class MultigridSchedule:
         """Every grid training will see, in order of first use."""
         grids: dict[GridShape, None] = {}
         for stage in self.stages:
-            for grid in stage.short_cycle or (stage.shape,):
+            for grid in self.cycle_at(stage.start_epoch):
                 grids[grid] = None
         return tuple(grids)
+
+
+def count_batches(num_clips: int, batch_sizes: Sequence[int], drop_last: bool = False) -> tuple[tuple[int, int], ...]:
+    """Batches and clips at each cycle position when ``num_clips`` clips fill batches of ``batch_sizes[i % len]``.
+
+    The one count of iterations: the schedule's per-epoch numbers and the batch sampler's
+    ``len()`` both come from here. Example: 10 clips, sizes ``(4, 2, 1)``: ``4 + 2 + 1 = 7``
+    clips in one batch each, then 3 clips left fill a partial batch of 4 ->
+    ``((2, 7), (1, 2), (1, 1))``; with ``drop_last`` the partial batch goes: ``((1, 4), (1, 2), (1, 1))``.
+
+    Returns:
+        ``(batches, clips)`` per position of ``batch_sizes``.
+
+    Raises:
+        ValueError: when ``num_clips`` is negative or a batch size is not positive.
+    """
+    if num_clips < 0:
+        raise ValueError(f"`num_clips` must be >= 0, got {num_clips!r}.")
+    if not batch_sizes or any(size <= 0 for size in batch_sizes):
+        raise ValueError(f"`batch_sizes` must be positive integers, got {list(batch_sizes)!r}.")
+    full_cycles, remainder = divmod(num_clips, sum(batch_sizes))
+    counts = []
+    for size in batch_sizes:
+        batches, clips = full_cycles, full_cycles * size
+        if remainder >= size or (remainder > 0 and not drop_last):
+            batches, clips = batches + 1, clips + min(size, remainder)
+        remainder -= size
+        counts.append((batches, clips))
+    return tuple(counts)
 
 
 def grid_counts(schedule: MultigridSchedule, dataset_size: int) -> tuple[GridCount, ...]:

@@ -10,7 +10,7 @@ import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed, count_batches
+from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 MODES: dict[str, dict[str, Any]] = {
@@ -102,16 +102,6 @@ def test_stride_and_scale_ranges_literal() -> None:
     # Jitter for S=32: (256, 320) * 32/224 = (37, 46); the minimum scales with the crop.
     assert first[0].scale_range == (round(37 * 16 / 32), 46)
     assert second[0].scale_range == (round(37 * 23 / 32), 46)
-
-
-def test_count_batches_literal() -> None:
-    assert count_batches(10, (4, 2, 1)) == 4  # 4 + 2 + 1, then 3 of 4
-    assert count_batches(10, (4, 2, 1), drop_last=True) == 3
-    assert count_batches(14, (4, 2, 1)) == 6
-    assert count_batches(14, (4, 2, 1), drop_last=True) == 6
-    assert count_batches(0, (4,)) == 0
-    with pytest.raises(ValueError, match="batch_sizes"):
-        count_batches(3, ())
 
 
 @pytest.mark.parametrize("mode", list(MODES))

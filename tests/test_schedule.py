@@ -15,6 +15,7 @@ from lightning_multigrid.schedule import (
     MultigridConfig,
     ShortScheduleWarning,
     build_schedule,
+    count_batches,
     grid_counts,
     plan_batchnorm,
 )
@@ -397,3 +398,16 @@ def test_scale_bn_base_size_syncs_across_ranks():
     assert (paper.stages[0].shape.batch_size, paper.stages[0].bn) == (16, BNPlan("split", 2))
     assert scaled.stages[0].bn == BNPlan("sync", group_size=4)
     assert scaled.stages[-1].bn == paper.stages[-1].bn == BNPlan("sync", group_size=4)
+
+
+def test_count_batches_literal():
+    # 10 clips, sizes (4, 2, 1): one full cycle (7 clips), then 3 clips in a partial batch of 4.
+    assert count_batches(10, (4, 2, 1)) == ((2, 7), (1, 2), (1, 1))
+    assert count_batches(10, (4, 2, 1), drop_last=True) == ((1, 4), (1, 2), (1, 1))
+    # 14 clips: exactly two cycles, nothing partial to drop.
+    assert count_batches(14, (4, 2, 1)) == count_batches(14, (4, 2, 1), drop_last=True) == ((2, 8), (2, 4), (2, 2))
+    assert count_batches(0, (4,)) == ((0, 0),)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        count_batches(3, ())
+    with pytest.raises(ValueError, match="num_clips"):
+        count_batches(-1, (4,))

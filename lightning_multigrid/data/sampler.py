@@ -25,14 +25,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Iterable, Iterator, Sized
 
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler
 
 from lightning_multigrid.data.request import ClipRequest
-from lightning_multigrid.schedule import MultigridSchedule
+from lightning_multigrid.schedule import MultigridSchedule, count_batches
 
-__all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed", "count_batches"]
+__all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed"]
 
 _MASK64 = (1 << 64) - 1
 
@@ -204,38 +204,15 @@ class ShortCycleBatchSampler(BatchSampler):
 
     def __len__(self) -> int:
         """Batches in the current epoch over ``len(sampler)`` clips (equal on every rank)."""
-        stage = self.schedule.stage_at(self.epoch)
-        sizes = [grid.batch_size for grid in stage.short_cycle] or [stage.shape.batch_size]
-        return count_batches(len(self.sampler), sizes, drop_last=self.drop_last)  # type: ignore[arg-type]
+        sizes = [grid.batch_size for grid in self.schedule.cycle_at(self.epoch)]
+        counts = count_batches(len(self.sampler), sizes, drop_last=self.drop_last)  # type: ignore[arg-type]
+        return sum(batches for batches, _ in counts)
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(sampler={self.sampler!r}, epoch={self.epoch}, "
             f"drop_last={self.drop_last}, seed={self.seed})"
         )
-
-
-def count_batches(num_clips: int, batch_sizes: Sequence[int], drop_last: bool = False) -> int:
-    """Batches that ``num_clips`` clips fill when batch ``i`` holds ``batch_sizes[i % len]`` clips.
-
-    The same counting as :meth:`MultigridSchedule.iterations_in_epoch`, over a given number of
-    clips per rank. Example: 10 clips, sizes ``(4, 2, 1)``: ``4 + 2 + 1 = 7`` (3 batches), then
-    3 clips left fill a partial batch of 4 -> 4 batches, or 3 with ``drop_last``.
-    """
-    if num_clips < 0:
-        raise ValueError(f"`num_clips` must be >= 0, got {num_clips!r}.")
-    if not batch_sizes or any(size <= 0 for size in batch_sizes):
-        raise ValueError(f"`batch_sizes` must be positive integers, got {list(batch_sizes)!r}.")
-    full_cycles, remainder = divmod(num_clips, sum(batch_sizes))
-    batches = full_cycles * len(batch_sizes)
-    for size in batch_sizes:
-        if remainder <= 0:
-            break
-        if remainder < size and drop_last:
-            break
-        remainder -= size
-        batches += 1
-    return batches
 
 
 def clip_seed(seed: int, epoch: int, position: int) -> int:
