@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_positive_int"]
+__all__ = ["check_int", "check_positive_int"]
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -15,4 +15,15 @@ def check_positive_int(name: str, value: Any) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    return value
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Return ``value`` if it is an ``int`` (not a ``bool``) ``>= minimum``, else raise naming ``name``.
+
+    Raises:
+        ValueError: ``"`name` must be an integer >= minimum, got value."``
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
     return value

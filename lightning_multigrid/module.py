@@ -34,6 +34,7 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePre
 from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
 from typing_extensions import override
 
+from lightning_multigrid._checks import check_int
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
@@ -164,11 +165,11 @@ class VideoClassifier(pl.LightningModule):
         slowfast_alpha: int | None = None,
     ) -> None:
         super().__init__()
-        _check_int("num_classes", num_classes, minimum=1 if multi_label else 2)
-        _check_int("warmup_epochs", warmup_epochs, minimum=0)
-        _check_int("tiny_width", tiny_width, minimum=1)
+        check_int("num_classes", num_classes, 1 if multi_label else 2)
+        check_int("warmup_epochs", warmup_epochs, 0)
+        check_int("tiny_width", tiny_width, 1)
         if slowfast_alpha is not None:
-            _check_int("slowfast_alpha", slowfast_alpha, minimum=1)
+            check_int("slowfast_alpha", slowfast_alpha, 1)
         _check_sgd(lr, gamma, momentum, weight_decay, nesterov, warmup_start_factor)
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
@@ -409,11 +410,6 @@ def _check_sgd(
 def _multi_hot(labels: torch.Tensor) -> torch.Tensor:
     # Soft targets (label smoothing, mixup) count as positive above one half.
     return (labels > 0.5).long()
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
 
 
 def _check_milestones(milestones: Sequence[int], warmup_epochs: int) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, SequentialSampler
 from typing_extensions import override
 
+from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.loader import ChunkedDataLoader
@@ -76,8 +77,7 @@ def _check_sizes(
         ("num_views", num_views, 1),
         ("num_workers", num_workers, 0),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+        check_int(name, value, low)
     if num_crops not in (1, 3):
         raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
     if slowfast_alpha is not None and (

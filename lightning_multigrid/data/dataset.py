@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.decode import Interpolation, VideoDecodeError, VideoReader, decoder_threads_per_worker
 from lightning_multigrid.data.device_decode import EncodedBatch
@@ -321,8 +322,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
             ("crop_size", crop_size),
             ("num_temporal_clips", num_temporal_clips),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+            check_positive_int(name, value)
         if num_spatial_crops not in (1, 3):
             raise ValueError(f"`num_spatial_crops` must be 1 or 3, got {num_spatial_crops!r}.")
         if not stride > 0:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sized
 
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler
 
+from lightning_multigrid._checks import check_int, check_positive_int
 from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.schedule import MultigridSchedule, count_batches
 
@@ -69,10 +70,8 @@ class EpochShardSampler(DistributedSampler):
         seed: int = 0,
         drop_last: bool = False,
     ) -> None:
-        if isinstance(dataset_size, bool) or not isinstance(dataset_size, int) or dataset_size <= 0:
-            raise ValueError(f"`dataset_size` must be a positive integer, got {dataset_size!r}.")
-        if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas <= 0:
-            raise ValueError(f"`num_replicas` must be a positive integer, got {num_replicas!r}.")
+        check_positive_int("dataset_size", dataset_size)
+        check_positive_int("num_replicas", num_replicas)
         if not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise ValueError(f"`rank` must be in [0, `num_replicas`={num_replicas}), got {rank!r}.")
         super().__init__(
@@ -140,8 +139,7 @@ class ShortCycleBatchSampler(BatchSampler):
             )
         if start_epoch is not None and (isinstance(start_epoch, bool) or start_epoch < 0):
             raise ValueError(f"`start_epoch` must be None or >= 0, got {start_epoch!r}.")
-        if isinstance(start_iteration, bool) or not isinstance(start_iteration, int) or start_iteration < 0:
-            raise ValueError(f"`start_iteration` must be an integer >= 0, got {start_iteration!r}.")
+        check_int("start_iteration", start_iteration, 0)
         if start_iteration and start_epoch is None:
             raise ValueError("`start_iteration` needs `start_epoch`: the epoch the skipped iterations belong to.")
         self.sampler = sampler
@@ -162,8 +160,7 @@ class ShortCycleBatchSampler(BatchSampler):
 
     def set_epoch(self, epoch: int) -> None:
         """Set the 0-based epoch here and on the inner sampler (which reshuffles with it)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"`epoch` must be an integer >= 0, got {epoch!r}.")
+        check_int("epoch", epoch, 0)
         self._epoch = epoch
         set_epoch = getattr(self.sampler, "set_epoch", None)
         if callable(set_epoch):

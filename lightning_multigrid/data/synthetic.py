@@ -35,6 +35,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from lightning_multigrid._checks import check_int
+
 __all__ = [
     "SYNTHETIC_CLASS_NAMES",
     "SyntheticDataset",
@@ -284,8 +286,7 @@ def _check_arguments(
 ) -> None:
     """Raise ``ValueError`` on an argument of :func:`generate_synthetic_dataset` out of range."""
     for name, value, low in (("num_train", num_train, 1), ("num_val", num_val, 0), ("num_frames", num_frames, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+        check_int(name, value, low)
     if not 2 <= num_classes <= len(SYNTHETIC_CLASS_NAMES):
         raise ValueError(f"`num_classes` must be in [2, {len(SYNTHETIC_CLASS_NAMES)}], got {num_classes!r}.")
     for name, value in (("width", width), ("height", height)):

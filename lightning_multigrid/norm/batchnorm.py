@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lightning_multigrid._checks import check_int
 from lightning_multigrid.norm.functional import (
     RaggedSplitBatchNorm,
     SyncBatchNorm,
@@ -316,8 +317,7 @@ def _move_tensors(source: _BatchNorm, target: _BatchNorm) -> None:
 
 def check_grouping(num_splits: Any, process_group: Any) -> None:
     """Raise unless the grouping is one of plain, split (``num_splits > 1``) or sync (a group)."""
-    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1:
-        raise ValueError(f"`num_splits` must be an integer >= 1, got {num_splits!r}.")
+    check_int("num_splits", num_splits, 1)
     if num_splits > 1 and process_group is not None:
         raise ValueError(
             f"`num_splits`={num_splits} and a `process_group` were both set: a layer either "
