@@ -161,8 +161,7 @@ def run_one(
         train_manifest="unused", val_manifest="unused", batch_size=args.batch_size, num_frames=args.num_frames,
         crop_size=args.crop_size, sampling_rate=2, flip=False, num_workers=args.workers, seed=seed,
     )
-    # setup() keeps datasets it already has: serve the frames held in memory.
-    datamodule._train_dataset, datamodule._val_dataset = data
+    datamodule.use_datasets(train=data[0], val=data[1])  # the frames held in memory
     warmup, milestones = schedule_settings(setting.epochs)
     model = VideoClassifier(
         num_classes=datamodule.num_classes, backbone="tiny", tiny_width=args.width, lr=args.lr, nesterov=False,

@@ -141,7 +141,7 @@ def run(
         seed=0,
     )
     if train_dataset is not None:
-        datamodule._train_dataset = train_dataset  # setup() keeps a dataset it already has
+        datamodule.use_datasets(train=train_dataset)
     model = VideoClassifier(
         num_classes=datamodule.num_classes,
         backbone=backbone,

@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule, normalize_video
+from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
@@ -435,3 +436,15 @@ def test_trainer_fit_on_a_frame_dataset(
     ]
     assert [(e, i, s[1:], d) for e, i, s, d in model.seen] == expected
     assert "val_loss" in trainer.callback_metrics
+
+
+def test_use_datasets_serves_the_given_datasets(synthetic_dataset: SyntheticDataset) -> None:
+    datamodule = make_datamodule(synthetic_dataset)
+    names = str(synthetic_dataset.class_names_file)
+    train = TrainVideoDataset(str(synthetic_dataset.train_manifest), class_names=names, flip=False)
+    val = EvalVideoDataset(str(synthetic_dataset.val_manifest), class_names=names, num_frames=8, stride=2,
+                           short_side=32, crop_size=32)
+    datamodule.use_datasets(train=train, val=val)
+    datamodule.setup("fit")  # keeps them: no manifest is read again
+    assert datamodule.train_dataloader().dataset is train
+    assert datamodule.val_dataloader().dataset is val

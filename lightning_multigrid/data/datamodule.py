@@ -338,6 +338,21 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             raise ValueError("`num_classes` needs a `train_manifest` or `val_manifest`.")
         return load_manifest(manifest, root=self.root_dir, class_names=self._class_names_path()).num_classes
 
+    def use_datasets(
+        self,
+        train: TrainVideoDataset | None = None,
+        val: EvalVideoDataset | None = None,
+        test: EvalVideoDataset | None = None,
+    ) -> None:
+        """Serve these datasets instead of reading the manifests (e.g. clips cut from frames held in
+        memory); ``setup`` keeps a dataset it already has. ``None`` leaves that split as it is."""
+        if train is not None:
+            self._train_dataset = train
+        if val is not None:
+            self._val_dataset = val
+        if test is not None:
+            self._test_dataset = test
+
     # ------------------------------------------------------------------ Lightning hooks
 
     @override
