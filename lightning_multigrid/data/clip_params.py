@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClipParams",
     "ClipSource",
+    "check_clip_params",
     "check_request",
     "eval_clip_params",
     "frame_indices",
@@ -209,3 +210,29 @@ def eval_clip_params(
     else:
         x, y = centre_x, (0 if spatial_index == 0 else height - crop_size)
     return ClipParams(indices, width, height, x, y, crop_size, False)
+
+
+def check_clip_params(params: ClipParams, num_frames: int, source: str) -> None:
+    """Raise unless ``params`` fit a source of ``num_frames`` frames (a video or a frame folder).
+
+    Raises:
+        ValueError: naming ``source`` when a frame index falls outside it, or the crop box outside
+            the resized frame.
+    """
+    if not params.frame_indices:
+        raise ValueError("`ClipParams.frame_indices` is empty: a clip needs at least one frame.")
+    if min(params.frame_indices) < 0 or max(params.frame_indices) >= num_frames:
+        raise ValueError(
+            f"`ClipParams.frame_indices` {list(params.frame_indices)} fall outside the "
+            f"{num_frames} frames of {source}; draw them from its metadata."
+        )
+    if (
+        params.crop_x < 0
+        or params.crop_y < 0
+        or params.crop_x + params.crop_size > params.resize_width
+        or params.crop_y + params.crop_size > params.resize_height
+    ):
+        raise ValueError(
+            f"The crop box (x={params.crop_x}, y={params.crop_y}, size={params.crop_size}) does not fit "
+            f"the resized frame {params.resize_width}x{params.resize_height}."
+        )

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
 from lightning_multigrid.data.metadata import FrameTimestamps, MetadataCache, VideoMetadata
 
 # The metadata types moved to `metadata`; importing them from here keeps working.
@@ -138,7 +138,7 @@ class VideoReader:
             ValueError: when ``params`` do not fit this video (frame index or crop out of range).
         """
         meta = self.metadata
-        _check_params(params, meta, self.path)
+        check_clip_params(params, meta.num_frames, self.path)
         wanted = sorted(set(params.frame_indices))
         wanted_pts = [meta.timestamps[i] for i in wanted]
         crop = params.crop_size
@@ -315,26 +315,6 @@ def probe_video(path: str | os.PathLike[str]) -> VideoMetadata:
     """
     with VideoReader(str(path)) as video:
         return video.metadata
-
-
-def _check_params(params: ClipParams, meta: VideoMetadata, path: str) -> None:
-    if not params.frame_indices:
-        raise ValueError("`ClipParams.frame_indices` is empty: a clip needs at least one frame.")
-    if min(params.frame_indices) < 0 or max(params.frame_indices) >= meta.num_frames:
-        raise ValueError(
-            f"`ClipParams.frame_indices` {list(params.frame_indices)} fall outside the "
-            f"{meta.num_frames} frames of {path}; draw them from this video's metadata."
-        )
-    if (
-        params.crop_x < 0
-        or params.crop_y < 0
-        or params.crop_x + params.crop_size > params.resize_width
-        or params.crop_y + params.crop_size > params.resize_height
-    ):
-        raise ValueError(
-            f"The crop box (x={params.crop_x}, y={params.crop_y}, size={params.crop_size}) does not fit "
-            f"the resized frame {params.resize_width}x{params.resize_height}."
-        )
 
 
 def _describe(error: BaseException) -> str:

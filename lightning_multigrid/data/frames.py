@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
 from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.manifest import VideoEntry
 from lightning_multigrid.data.metadata import FrameFolder
@@ -89,7 +89,7 @@ def read_clip(folder: FrameFolder, params: ClipParams) -> torch.Tensor:
         VideoDecodeError: when a sampled frame is missing, not a JPEG, damaged, or of another
             size than the first frame.
     """
-    _check_params(params, folder)
+    check_clip_params(params, folder.num_frames, folder.path)
     wanted = sorted(set(params.frame_indices))
     crop = params.crop_size
     frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
@@ -138,7 +138,7 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams) -> EncodedClip:
     Raises:
         VideoDecodeError: as :func:`read_clip`, for what the header shows.
     """
-    _check_params(params, folder)
+    check_clip_params(params, folder.num_frames, folder.path)
     wanted = sorted(set(params.frame_indices))
     jpegs = []
     for index in wanted:
@@ -248,24 +248,6 @@ def _pattern_of(folder: str, paths: list[str]) -> tuple[str, int, int, str] | No
     if all(os.path.basename(p) == e for p, e in zip(paths, expected)):
         return pattern
     return None
-
-
-def _check_params(params: ClipParams, folder: FrameFolder) -> None:
-    if not params.frame_indices or min(params.frame_indices) < 0 or max(params.frame_indices) >= folder.num_frames:
-        raise ValueError(
-            f"`ClipParams.frame_indices` {list(params.frame_indices)} fall outside the "
-            f"{folder.num_frames} frames of {folder.path}; draw them from this folder."
-        )
-    if (
-        params.crop_x < 0
-        or params.crop_y < 0
-        or params.crop_x + params.crop_size > params.resize_width
-        or params.crop_y + params.crop_size > params.resize_height
-    ):
-        raise ValueError(
-            f"The crop box (x={params.crop_x}, y={params.crop_y}, size={params.crop_size}) does not fit "
-            f"the resized frame {params.resize_width}x{params.resize_height}."
-        )
 
 
 def _size_message(path: str, size: tuple[int, int], folder: FrameFolder) -> str:
