@@ -51,6 +51,7 @@ import math
 import platform
 import statistics
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,53 +232,51 @@ def summarize(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
     return summary
 
 
-def format_report(results: list[dict[str, Any]], machine: str) -> str:
+def tables(results: list[dict[str, Any]]) -> Iterator[tuple[str, str, dict[str, dict[str, Any]], dict[str, Any] | None]]:
+    """Per task and schedule length with results: the summaries per variant and the baseline's."""
     summary = summarize(results)
-    lines = []
     for task in TASKS:
         for length in ("short", "long"):
             rows = {v: s for (t, n, v), s in summary.items() if t == task and n == length}
-            if not rows:
-                continue
-            base = rows.get("baseline")
-            epochs = next(r["baseline_epochs"] for r in results if r["task"] == task and r["length"] == length)
-            lines.append(f"\n{task} task (texture cell {TASKS[task]} px), {length} schedule ({epochs} baseline epochs), "
-                         f"{machine}")
-            lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'iterations':>10} "
-                         f"{'full grid':>9} {'train s':>8} {'CPU s':>7} {'wall x':>7} {'CPU x':>6} {'vs base':>8}")
-            for variant, s in rows.items():
-                speed = f"{base['seconds'] / s['seconds']:.2f}x" if base else "-"
-                cpu_speed = f"{base['cpu_seconds'] / s['cpu_seconds']:.2f}x" if base else "-"
-                delta = f"{100 * (s['top1'] - base['top1']):+.1f}" if base else "-"
-                lines.append(
-                    f"{variant:<15} {s['seeds']:>5} {s['top1']:>10.3f} {s['top1_min']:>5.3f}-{s['top1_max']:<5.3f} "
-                    f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {s['cpu_seconds']:>7.1f} "
-                    f"{speed:>7} {cpu_speed:>6} {delta:>8}"
-                )
+            if rows:
+                yield task, length, rows, rows.get("baseline")
+
+
+def format_report(results: list[dict[str, Any]], machine: str) -> str:
+    lines = []
+    for task, length, rows, base in tables(results):
+        epochs = next(r["baseline_epochs"] for r in results if r["task"] == task and r["length"] == length)
+        lines.append(f"\n{task} task (texture cell {TASKS[task]} px), {length} schedule ({epochs} baseline epochs), "
+                     f"{machine}")
+        lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'iterations':>10} "
+                     f"{'full grid':>9} {'train s':>8} {'CPU s':>7} {'wall x':>7} {'CPU x':>6} {'vs base':>8}")
+        for variant, s in rows.items():
+            speed = f"{base['seconds'] / s['seconds']:.2f}x" if base else "-"
+            cpu_speed = f"{base['cpu_seconds'] / s['cpu_seconds']:.2f}x" if base else "-"
+            delta = f"{100 * (s['top1'] - base['top1']):+.1f}" if base else "-"
+            lines.append(
+                f"{variant:<15} {s['seeds']:>5} {s['top1']:>10.3f} {s['top1_min']:>5.3f}-{s['top1_max']:<5.3f} "
+                f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {s['cpu_seconds']:>7.1f} "
+                f"{speed:>7} {cpu_speed:>6} {delta:>8}"
+            )
     return "\n".join(lines)
 
 
 def format_markdown(results: list[dict[str, Any]]) -> str:
     """The same tables as Markdown, for the README."""
-    summary = summarize(results)
     lines = []
-    for task in TASKS:
-        for length in ("short", "long"):
-            rows = {v: s for (t, n, v), s in summary.items() if t == task and n == length}
-            if not rows:
-                continue
-            base = rows.get("baseline")
-            lines += [f"\n{task} task, {length} schedule\n",
-                      "| run | seeds | top-1 mean (min-max) | iterations | full-grid iterations | wall s | CPU s | "
-                      "speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|"]
-            for variant, s in rows.items():
-                speed = (f"{base['seconds'] / s['seconds']:.2f}x / {base['cpu_seconds'] / s['cpu_seconds']:.2f}x"
-                         if base else "-")
-                lines.append(
-                    f"| {variant} | {s['seeds']} | {s['top1']:.3f} ({s['top1_min']:.3f}-{s['top1_max']:.3f}) | "
-                    f"{s['iterations']:.0f} | {s['full_grid_iterations']:.0f} | {s['seconds']:.1f} | "
-                    f"{s['cpu_seconds']:.1f} | {speed} |"
-                )
+    for task, length, rows, base in tables(results):
+        lines += [f"\n{task} task, {length} schedule\n",
+                  "| run | seeds | top-1 mean (min-max) | iterations | full-grid iterations | wall s | CPU s | "
+                  "speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|"]
+        for variant, s in rows.items():
+            speed = (f"{base['seconds'] / s['seconds']:.2f}x / {base['cpu_seconds'] / s['cpu_seconds']:.2f}x"
+                     if base else "-")
+            lines.append(
+                f"| {variant} | {s['seeds']} | {s['top1']:.3f} ({s['top1_min']:.3f}-{s['top1_max']:.3f}) | "
+                f"{s['iterations']:.0f} | {s['full_grid_iterations']:.0f} | {s['seconds']:.1f} | "
+                f"{s['cpu_seconds']:.1f} | {speed} |"
+            )
     return "\n".join(lines)
 
 

@@ -169,10 +169,7 @@ def check_frame_folder(entry: VideoEntry) -> FrameFolder:
         path = folder.frame_path(index)
         try:
             with Image.open(path) as image:
-                if image.format != "JPEG":
-                    raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
-                if image.size != (folder.width, folder.height):
-                    raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
+                _check_frame(image, path, folder)
                 image.load()
         except FileNotFoundError:
             raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
@@ -181,14 +178,19 @@ def check_frame_folder(entry: VideoEntry) -> FrameFolder:
     return folder
 
 
+def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:
+    """A frame must be a JPEG of the folder's frame size."""
+    if image.format != "JPEG":
+        raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
+    if image.size != (folder.width, folder.height):
+        raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
+
+
 def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.ndarray:
     path = folder.frame_path(index)
     try:
         with Image.open(path) as image:
-            if image.format != "JPEG":
-                raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
-            if image.size != (folder.width, folder.height):
-                raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
+            _check_frame(image, path, folder)
             # libjpeg picks the largest of 1/1, 1/2, 1/4, 1/8 that keeps the image at least the
             # resize target, so the final resize only ever shrinks.
             image.draft("RGB", (params.resize_width, params.resize_height))
