@@ -37,6 +37,7 @@ __all__ = [
     "ShortScheduleWarning",
     "Stage",
     "build_schedule",
+    "check_jitter_scales",
     "count_batches",
     "grid_counts",
     "plan_batchnorm",
@@ -190,7 +191,7 @@ class MultigridConfig:
         self._check_milestones()
         self._check_factors()
         if self.jitter_scales is not None:
-            self._check_jitter_scales(self.jitter_scales)
+            check_jitter_scales(self.jitter_scales, self.crop_size)
 
     @property
     def batch_size(self) -> int:
@@ -270,16 +271,6 @@ class MultigridConfig:
                     f"enlarge the crop (and can give batches of no clips). Use s_factors >= "
                     f"{max(self.short_cycle_factors):.3f}, smaller `short_cycle_factors`, or `short_cycle=False`."
                 )
-
-    def _check_jitter_scales(self, jitter_scales: tuple[int, int]) -> None:
-        low, high = jitter_scales
-        if not 0 < low <= high:
-            raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
-        if low < self.crop_size:
-            raise ValueError(
-                f"`jitter_scales` min {low} is smaller than `crop_size`={self.crop_size}: "
-                "the crop would not fit; raise the min scale."
-            )
 
     @property
     def num_lr_stages(self) -> int:
@@ -424,6 +415,18 @@ def count_batches(num_clips: int, batch_sizes: Sequence[int], drop_last: bool = 
         remainder -= size
         counts.append((batches, clips))
     return tuple(counts)
+
+
+def check_jitter_scales(jitter_scales: tuple[int, int], crop_size: int) -> None:
+    """Raise unless ``(min, max)`` short sides in pixels are ordered and fit a ``crop_size`` crop."""
+    low, high = jitter_scales
+    if not 0 < low <= high:
+        raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
+    if low < crop_size:
+        raise ValueError(
+            f"`jitter_scales` min {low} is smaller than `crop_size`={crop_size}: "
+            "the crop would not fit; raise the min scale."
+        )
 
 
 def grid_counts(schedule: MultigridSchedule, dataset_size: int) -> tuple[GridCount, ...]:

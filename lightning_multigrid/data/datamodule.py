@@ -36,7 +36,13 @@ from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
-from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import (
+    GridShape,
+    MultigridConfig,
+    MultigridSchedule,
+    build_schedule,
+    check_jitter_scales,
+)
 
 __all__ = ["MultigridVideoDataModule", "normalize_video"]
 
@@ -91,13 +97,7 @@ def _check_jitter_scales(jitter_scales: tuple[int, int] | None, crop_size: int) 
     if jitter_scales is None:
         return None
     jitter_scales = (int(jitter_scales[0]), int(jitter_scales[1]))
-    if not 0 < jitter_scales[0] <= jitter_scales[1]:
-        raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
-    if jitter_scales[0] < crop_size:
-        raise ValueError(
-            f"`jitter_scales` min {jitter_scales[0]} is smaller than `crop_size`={crop_size}: "
-            "the crop would not fit; raise the min scale."
-        )
+    check_jitter_scales(jitter_scales, crop_size)
     return jitter_scales
 
 
