@@ -36,6 +36,7 @@ from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
+from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.schedule import (
     GridShape,
     MultigridConfig,
@@ -255,6 +256,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.frame_decode = frame_decode
         self.chunk_batches = chunk_batches
         self.save_hyperparameters()
+        if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
+            self.train_manifest, self.val_manifest, self.class_names = synthetic_files(synthetic_dir)
 
         self._schedule: MultigridSchedule | None = None
         self._baseline: MultigridSchedule | None = None
@@ -333,10 +336,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         if dataset is not None:
             return dataset.num_classes
         self._prepare_synthetic()
-        manifest = self._train_path() or self._val_path()
+        manifest = self.train_manifest or self.val_manifest
         if manifest is None:
             raise ValueError("`num_classes` needs a `train_manifest` or `val_manifest`.")
-        return load_manifest(manifest, root=self.root_dir, class_names=self._class_names_path()).num_classes
+        return load_manifest(manifest, root=self.root_dir, class_names=self.class_names).num_classes
 
     def use_datasets(
         self,
@@ -372,22 +375,22 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._prepare_synthetic()
         if stage == "fit":
             if self._train_dataset is None:
-                path = self._existing("train_manifest", self._train_path())
+                path = self._existing("train_manifest", self.train_manifest)
                 self._train_dataset = TrainVideoDataset(
                     path,
                     root=self.root_dir,
-                    class_names=self._class_names_path(),
+                    class_names=self.class_names,
                     flip=self._flip(),
                     strict=self.strict,
                     slowfast_alpha=self.slowfast_alpha,
                     metadata_file=self.metadata_file,
                     return_encoded=self.frame_decode == "device",
                 )
-            if self._val_path() is not None and self._val_dataset is None:
-                self._val_dataset = self._eval_dataset("val_manifest", self._val_path())
+            if self.val_manifest is not None and self._val_dataset is None:
+                self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
         elif stage == "validate":
             if self._val_dataset is None:
-                self._val_dataset = self._eval_dataset("val_manifest", self._val_path())
+                self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
         elif stage == "test":
             if self._test_dataset is None:
                 argument = "test_manifest" if self.test_manifest is not None else "val_manifest"
@@ -428,7 +431,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
         """Baseline-shape views (centre or 3 crops x ``num_views`` clips); ``[]`` without a val manifest."""
         if self._val_dataset is None:
-            if self._val_path() is None:
+            if self.val_manifest is None:
                 return []
             raise RuntimeError("`val_dataloader()` needs `setup('fit')` or `setup('validate')` first.")
         return self._eval_loader("val", self._val_dataset)
@@ -568,7 +571,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             num_temporal_clips=self.num_views,
             num_spatial_crops=self.num_crops,
             root=self.root_dir,
-            class_names=self._class_names_path(),
+            class_names=self.class_names,
             strict=self.strict,
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
@@ -634,35 +637,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def _flip(self) -> bool:
         return self.synthetic_dir is None if self.flip is None else self.flip
 
-    def _train_path(self) -> str | None:
-        if self.synthetic_dir is not None:
-            return str(Path(self.synthetic_dir) / "train.csv")
-        return self.train_manifest
-
-    def _val_path(self) -> str | None:
-        if self.synthetic_dir is not None:
-            return str(Path(self.synthetic_dir) / "val.csv")
-        return self.val_manifest
-
     def _test_path(self) -> str | None:
-        return self.test_manifest if self.test_manifest is not None else self._val_path()
-
-    def _class_names_path(self) -> str | None:
-        if self.synthetic_dir is not None:
-            return str(Path(self.synthetic_dir) / "classnames.txt")
-        return self.class_names
+        return self.test_manifest if self.test_manifest is not None else self.val_manifest
 
     def _prepare_synthetic(self) -> None:
-        if self.synthetic_dir is None:
-            return
-        root = Path(self.synthetic_dir)
-        # The generator writes the manifests last, so their presence means a complete dataset.
-        if all((root / name).is_file() for name in ("train.csv", "val.csv", "classnames.txt")):
-            return
-        from lightning_multigrid.data.synthetic import generate_synthetic_dataset
-
-        num_train, num_val = self.synthetic_size
-        generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=self.seed)
+        if self.synthetic_dir is not None:
+            num_train, num_val = self.synthetic_size
+            ensure_synthetic_dataset(self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed)
 
     @staticmethod
     def _existing(argument: str, path: str | None) -> str:

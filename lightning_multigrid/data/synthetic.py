@@ -40,8 +40,10 @@ from lightning_multigrid._checks import check_int
 __all__ = [
     "SYNTHETIC_CLASS_NAMES",
     "SyntheticDataset",
+    "ensure_synthetic_dataset",
     "generate_synthetic_dataset",
     "render_synthetic_video",
+    "synthetic_files",
     "write_video",
 ]
 
@@ -84,6 +86,21 @@ class SyntheticDataset:
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+
+def synthetic_files(root: str | os.PathLike[str]) -> tuple[str, str, str]:
+    """The train manifest, val manifest and class-names file of a synthetic dataset in ``root``."""
+    base = Path(root)
+    return str(base / "train.csv"), str(base / "val.csv"), str(base / "classnames.txt")
+
+
+def ensure_synthetic_dataset(root: str | os.PathLike[str], num_train: int, num_val: int, seed: int = 0) -> None:
+    """Generate the synthetic dataset into ``root`` unless a complete one is there already.
+
+    The generator writes the manifests last, so their presence means a complete dataset.
+    """
+    if not all(Path(path).is_file() for path in synthetic_files(root)):
+        generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=seed)
 
 
 def write_video(
