@@ -1,19 +1,5 @@
-"""MultigridBatchNorm: BatchNorm whose statistics cover a fixed number of clips.
-
-Multigrid changes the per-device batch by up to 8x (32x with the short cycle), but BatchNorm
-should keep computing its statistics over about ``bn_base_size`` clips, or accuracy moves with the
-schedule (Wu et al., CVPR 2020, Section 3.3). :class:`MultigridBatchNorm` is a drop-in for
-``nn.BatchNorm1d/2d/3d`` whose grouping is two plain attributes that may change between any two
-steps, without touching parameters, buffers or ``state_dict`` keys:
-
-- ``num_splits = k > 1`` (*split*): statistics per interleaved group of the device's batch;
-- ``process_group`` of ``g > 1`` ranks (*sync*): statistics over the union of their batches;
-- neither (*plain*): exactly ``nn.BatchNorm``.
-
-The reference implementation (PySlowFast ``SubBatchNorm3d``) bakes the split count into parameter
-shapes, so it must rebuild the model and reload a checkpoint at every change; this module does not.
-
-"""
+"""The :class:`MultigridBatchNorm` layer: plain, split or synced statistics, chosen per step by two
+plain attributes (the package docstring says why multigrid needs it)."""
 
 from __future__ import annotations
 
