@@ -16,6 +16,7 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import ManifestError, VideoEntry, load_manifest
 from lightning_multigrid.data.request import ClipRequest
@@ -111,7 +112,7 @@ def test_folder_listing_sorts_by_number_and_keeps_a_pattern(frames: FrameFactory
 def test_irregular_names_are_kept_as_a_list(frames: FrameFactory) -> None:
     path = frames.coded("v", num_frames=3)
     (path / "img_00002.jpg").rename(path / "img_00007.jpg")
-    folder = open_frame_folder(VideoEntry(str(path), (0,)))
+    folder = open_frame_folder(VideoEntry(str(path), (0,)), FrameLayout(allow_gaps=True))
     assert folder.pattern is None
     assert [Path(folder.frame_path(i)).name for i in range(3)] == ["img_00001.jpg", "img_00003.jpg", "img_00007.jpg"]
 

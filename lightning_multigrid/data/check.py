@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,7 +22,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader
+from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, _describe
+from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.frames import check_frame_folder
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
 from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
@@ -75,36 +77,57 @@ def check_video(path: str) -> VideoCheck:
             return VideoCheck(path, video.metadata)
     except VideoDecodeError as error:
         return VideoCheck(path, None, error.reason)
+    except OSError as error:
+        return VideoCheck(path, None, f"cannot be read ({_describe(error)})")
 
 
-def check_frames(entry: VideoEntry) -> VideoCheck:
-    """Decode every frame of one frame folder."""
+def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> VideoCheck:
+    """Decode every frame of one frame folder, listed as training lists it (``layout``).
+
+    Any ``OSError`` (a permission error, a file gone meanwhile) is a failure with its reason, as
+    training skips such a video.
+    """
     try:
-        return VideoCheck(entry.path, None, folder=check_frame_folder(entry))
+        return VideoCheck(entry.name, None, folder=check_frame_folder(entry, layout))
     except VideoDecodeError as error:
-        return VideoCheck(entry.path, None, error.reason)
+        return VideoCheck(entry.name, None, error.reason)
+    except OSError as error:
+        return VideoCheck(entry.name, None, f"cannot be read ({_describe(error)})")
 
 
-def check_videos(manifest: Manifest | Sequence[str], workers: int | None = None, progress: bool = True) -> CheckReport:
+def check_videos(
+    manifest: Manifest | Sequence[str],
+    workers: int | None = None,
+    progress: bool = True,
+    layout: FrameLayout = DEFAULT_LAYOUT,
+) -> CheckReport:
     """Check every video, in parallel processes, with a progress bar on stderr.
 
     Args:
         manifest: a manifest, or video paths.
         workers: processes; default the CPU count, ``0`` or ``1`` checks in this process.
         progress: show a tqdm progress bar.
+        layout: frame datasets: which files are frames and whether gaps are allowed, as the
+            datasets' ``filename_tmpl`` and ``allow_frame_gaps``.
 
     Raises:
-        ValueError: when ``workers`` is negative.
+        ValueError: when ``workers`` is negative, or ``layout`` is set for a video manifest.
     """
     from tqdm import tqdm
 
-    if workers is not None and workers < 0:
+    if workers is not None and (isinstance(workers, bool) or workers < 0):
         raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
+    is_frames = isinstance(manifest, Manifest) and manifest.format == "frames"
+    if layout != DEFAULT_LAYOUT and not is_frames:
+        raise ValueError(
+            "`filename_tmpl` and `allow_frame_gaps` describe frame folders, but the manifest lists video files: "
+            "leave them unset."
+        )
     items: list[Any]
     check: Callable[[Any], VideoCheck]
-    if isinstance(manifest, Manifest) and manifest.format == "frames":
+    if isinstance(manifest, Manifest) and is_frames:
         items = list(manifest.entries)
-        check = check_frames
+        check = functools.partial(check_frames, layout=layout)
     else:
         items = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
         check = check_video

@@ -13,12 +13,14 @@ device after the transfer (4x fewer bytes through worker queues and the host-to-
      "index": int, "skipped": tuple[str, ...]}           # + "view": int for evaluation
 
 **Bad videos.** Real datasets hold missing, empty, truncated and non-video files (and, as frame
-folders, missing or empty folders and missing, damaged or non-JPEG frames). With
+folders, missing or empty folders, gaps in the frame numbers, and missing, damaged or non-JPEG
+frames; any ``OSError`` on a file, such as a permission error, counts as undecodable). With
 ``strict=False`` (the default) a clip that cannot be decoded is replaced by a clip of another
 video, chosen deterministically from the request's seed (distinct videos, at most
-``max_replacements``); the path and reason are logged once per
-process (logger ``lightning_multigrid.data``) and the path travels with the sample in
-``"skipped"`` so the main process can count distinct skipped videos. With ``strict=True`` the
+``max_replacements``); the video (:attr:`VideoEntry.name`: its path, plus its id in a frame-list
+CSV) and reason are logged once per process (logger ``lightning_multigrid.data``) and the name
+travels with the sample in ``"skipped"`` so the main process can count distinct skipped videos.
+All bookkeeping is per video, never per folder. With ``strict=True`` the
 :class:`~lightning_multigrid.data.decode.VideoDecodeError` (path and reason) is raised.
 Configuration mistakes (missing or empty manifest, bad root) raise at construction.
 """
@@ -36,14 +38,21 @@ from torch.utils.data import Dataset
 
 from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
-from lightning_multigrid.data.decode import Interpolation, VideoDecodeError, VideoReader, decoder_threads_per_worker
+from lightning_multigrid.data.decode import (
+    Interpolation,
+    VideoDecodeError,
+    VideoReader,
+    _describe,
+    decoder_threads_per_worker,
+)
 from lightning_multigrid.data.device_decode import EncodedBatch
+from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.manifest import Manifest, load_manifest
 from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
 from lightning_multigrid.data.request import ClipRequest
 
-__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
+__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "report_skip", "slowfast_pathways"]
 
 logger = logging.getLogger("lightning_multigrid.data")
 
@@ -51,6 +60,19 @@ Sample = dict[str, Any]
 
 # Bad videos already logged by this process (each DataLoader worker logs its own once).
 _LOGGED: set[str] = set()
+
+
+def report_skip(name: str, reason: str) -> None:
+    """Log a skipped video once per process (worker and device decode alike)."""
+    if name in _LOGGED:
+        return
+    _LOGGED.add(name)
+    logger.warning(
+        "Skipping video %s: %s. It is replaced by another video's clip and reported in the batch's "
+        "'skipped' paths (logged once per process; `lightning-multigrid check-data` lists all bad files).",
+        name,
+        reason,
+    )
 
 
 def slowfast_pathways(video: torch.Tensor, alpha: int) -> list[torch.Tensor]:
@@ -75,8 +97,16 @@ class _VideoDataset:
         max_replacements: int,
         interpolation: Interpolation,
         return_encoded: bool = False,
+        filename_tmpl: str | None = None,
+        allow_frame_gaps: bool = False,
     ) -> None:
+        self.layout = FrameLayout(filename_tmpl, allow_frame_gaps)
         self.manifest = load_manifest(manifest, root=root, class_names=class_names)
+        if (filename_tmpl is not None or allow_frame_gaps) and self.manifest.format != "frames":
+            raise ValueError(
+                f"`filename_tmpl` and `allow_frame_gaps` describe frame folders, but {self.manifest.source} lists "
+                "video files: leave them unset."
+            )
         if return_encoded and self.manifest.format != "frames":
             raise ValueError(
                 f"`return_encoded=True` (decoding on the device) needs a frame dataset, but {self.manifest.source} "
@@ -93,9 +123,10 @@ class _VideoDataset:
         # Per process: each DataLoader worker gets (and fills) its own copy.
         self.metadata = MetadataCache(metadata_file)
         self.return_encoded = return_encoded
-        self._folders: dict[str, FrameFolder] = {}  # frame datasets: listed folders, per process
+        # Per video index, never per folder: videos of a frame-list CSV may share a folder.
+        self._folders: dict[int, FrameFolder] = {}  # frame datasets: listed frames, per process
         self._threads: tuple[int, int] | None = None  # (process id, decoder threads)
-        self._failed: dict[str, str] = {}
+        self._failed: dict[int, str] = {}
 
     @property
     def num_videos(self) -> int:
@@ -131,14 +162,16 @@ class _VideoDataset:
         """Decode the clip ``draw(metadata) -> ClipParams`` of one video; raises VideoDecodeError."""
         entry = self.manifest.entries[video_index]
         path = entry.path
-        if path in self._failed:
-            raise VideoDecodeError(path, self._failed[path])
+        if video_index in self._failed:
+            raise VideoDecodeError(entry.name, self._failed[video_index])
         if self.is_frames:
-            folder = self._folders.get(path)
+            folder = self._folders.get(video_index)
             if folder is None:
-                folder = self._folders[path] = open_frame_folder(entry)
+                folder = self._folders[video_index] = open_frame_folder(entry, self.layout)
             params: ClipParams = draw(folder)
-            return read_encoded_clip(folder, params) if self.return_encoded else read_clip(folder, params)
+            if self.return_encoded:
+                return read_encoded_clip(folder, params, entry.name)
+            return read_clip(folder, params)
         metadata = self.metadata.get(path)
         if self._threads is None or self._threads[0] != os.getpid():
             # Decided in the process that decodes: a worker inherits the main process's copy.
@@ -162,27 +195,19 @@ class _VideoDataset:
         for index in [video_index, *others[: self.max_replacements]]:
             try:
                 return index, self._load(index, draw), tuple(skipped)
-            except VideoDecodeError as error:
+            except (VideoDecodeError, OSError) as error:
+                # Any OSError on a user's file (permissions, a file gone meanwhile) is a skip too.
+                name = self.manifest.entries[index].name
+                reason = error.reason if isinstance(error, VideoDecodeError) else f"cannot be read ({_describe(error)})"
                 if self.strict:
-                    raise
-                self._report(error)
-                skipped.append(error.path)
+                    raise VideoDecodeError(name, reason) from None
+                self._failed[index] = reason
+                report_skip(name, reason)
+                skipped.append(name)
         raise RuntimeError(
             f"{len(skipped)} videos in a row could not be decoded, last {skipped[-3:]}: most of the dataset "
             f"({self.manifest.source}) is unreadable. Run `lightning-multigrid check-data "
             f"{self.manifest.source}` to list the bad files."
-        )
-
-    def _report(self, error: VideoDecodeError) -> None:
-        self._failed[error.path] = error.reason
-        if error.path in _LOGGED:
-            return
-        _LOGGED.add(error.path)
-        logger.warning(
-            "Skipping video %s: %s. It is replaced by another video's clip and reported in the batch's "
-            "'skipped' paths (logged once per process; `lightning-multigrid check-data` lists all bad files).",
-            error.path,
-            error.reason,
         )
 
     def _sample(self, index: int, video: torch.Tensor | EncodedClip, skipped: tuple[str, ...]) -> Sample:
@@ -210,6 +235,11 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         return_encoded: frame datasets only: return the clip's JPEG bytes and parameters
             (:class:`~lightning_multigrid.data.frames.EncodedClip`) for decoding on the device
             (:func:`~lightning_multigrid.data.device_decode.decode_clips`).
+        filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"`` or
+            ``"{video}_{:06d}.jpg"``; ``None`` detects each folder's
+            (:mod:`~lightning_multigrid.data.frame_names`). Other files are never read as frames.
+        allow_frame_gaps: frame datasets: read folders whose frame numbers skip as consecutive
+            frames, instead of skipping them as bad videos.
 
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
@@ -235,10 +265,12 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
         return_encoded: bool = False,
+        filename_tmpl: str | None = None,
+        allow_frame_gaps: bool = False,
     ) -> None:
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded,
+            return_encoded, filename_tmpl, allow_frame_gaps,
         )
         self.flip = flip
 
@@ -297,6 +329,8 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         max_replacements: as :class:`TrainVideoDataset`.
         interpolation: as :class:`TrainVideoDataset`.
         return_encoded: as :class:`TrainVideoDataset`.
+        filename_tmpl: as :class:`TrainVideoDataset`.
+        allow_frame_gaps: as :class:`TrainVideoDataset`.
     """
 
     def __init__(
@@ -316,6 +350,8 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
         return_encoded: bool = False,
+        filename_tmpl: str | None = None,
+        allow_frame_gaps: bool = False,
     ) -> None:
         for name, value in (
             ("num_frames", num_frames),
@@ -332,7 +368,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
             raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded,
+            return_encoded, filename_tmpl, allow_frame_gaps,
         )
         self.num_frames = num_frames
         self.crop_size = crop_size

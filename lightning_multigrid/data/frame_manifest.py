@@ -185,5 +185,5 @@ def _read_frame_csv(
     for video, listed in frames.items():
         paths = tuple(p for _, p in sorted(listed))
         folder = os.path.dirname(paths[0])
-        entries.append(VideoEntry(folder, tuple(sorted(labels[video])), len(paths), paths))
+        entries.append(VideoEntry(folder, tuple(sorted(labels[video])), len(paths), paths, video))
     return entries

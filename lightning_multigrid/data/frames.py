@@ -30,6 +30,7 @@ from PIL import Image, UnidentifiedImageError
 
 from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
 from lightning_multigrid.data.decode import VideoDecodeError
+from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.manifest import VideoEntry
 from lightning_multigrid.data.metadata import FrameFolder
 
@@ -37,6 +38,7 @@ __all__ = [
     "JPEG_EXTENSIONS",
     "EncodedClip",
     "FrameFolder",
+    "FrameLayout",
     "check_frame_folder",
     "open_frame_folder",
     "read_clip",
@@ -50,33 +52,48 @@ _IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
-def open_frame_folder(entry: VideoEntry) -> FrameFolder:
-    """List a video's frames (from the manifest, or the folder sorted by frame number) and read their size.
+def open_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> FrameFolder:
+    """List a video's frames (from the manifest, or the folder's files that ``layout`` names) and read their size.
+
+    Args:
+        entry: the video: a folder, or (frame-list CSV) its listed frame files.
+        layout: which files of a folder are frames (see :mod:`lightning_multigrid.data.frame_names`).
 
     Raises:
-        VideoDecodeError: when the folder does not exist or holds no JPEG frames, when it holds
-            fewer frames than the manifest's ``num_frames`` or a listed frame is missing, or when
-            the first frame is not a readable JPEG.
+        VideoDecodeError: when the folder does not exist, cannot be listed or holds no frames, when
+            its frame numbers skip (unless ``layout.allow_gaps``) or its files mix name patterns
+            without a template, when it holds fewer frames than the manifest's ``num_frames`` or
+            a listed frame is missing, or when the first frame is not a readable JPEG.
     """
     folder = entry.path
     if entry.frame_paths:
         names = list(entry.frame_paths)
     else:
-        if not os.path.isdir(folder):
-            raise VideoDecodeError(folder, "the frame folder does not exist")
-        files = [n for n in os.listdir(folder) if n.lower().endswith(JPEG_EXTENSIONS)]
-        if not files:
-            raise VideoDecodeError(folder, f"the frame folder holds no JPEG frames ({'/'.join(JPEG_EXTENSIONS)} files)")
-        names = [os.path.join(folder, n) for n in sorted(files, key=_frame_number)]
-        if entry.num_frames is not None and len(names) < entry.num_frames:
-            raise VideoDecodeError(
-                folder,
-                f"the manifest lists {entry.num_frames} frames but the folder holds {len(names)}: frames are missing "
-                "(extract the video again, or fix the manifest's frame count)",
-            )
+        names = _list_frames(entry, layout)
     width, height = _jpeg_size(names[0], folder)
     pattern = _pattern_of(folder, names)
     return FrameFolder(folder, width, height, len(names), pattern, () if pattern else tuple(names))
+
+
+def _list_frames(entry: VideoEntry, layout: FrameLayout) -> list[str]:
+    folder = entry.path
+    if not os.path.isdir(folder):
+        raise VideoDecodeError(folder, "the frame folder does not exist")
+    try:
+        files = os.listdir(folder)
+    except OSError as error:  # permissions, a folder removed meanwhile, a broken mount
+        raise VideoDecodeError(folder, f"the frame folder cannot be listed ({_describe(error)})") from None
+    try:
+        frames = select_frames(folder, files, layout)
+    except FrameNameError as error:
+        raise VideoDecodeError(folder, str(error)) from None
+    if entry.num_frames is not None and len(frames.names) < entry.num_frames:
+        raise VideoDecodeError(
+            folder,
+            f"the manifest lists {entry.num_frames} frames but the folder holds {len(frames.names)} named like "
+            f"{frames.template!r}: frames are missing (extract the video again, or fix the manifest's frame count)",
+        )
+    return [os.path.join(folder, n) for n in frames.names]
 
 
 def read_clip(folder: FrameFolder, params: ClipParams) -> torch.Tensor:
@@ -113,27 +130,45 @@ class EncodedClip:
         jpegs: the bytes of each distinct sampled frame, in frame order.
         order: for each output frame, its position in ``jpegs``.
         params: resize, crop and flip to apply after decoding.
+        video: the video's name (:attr:`VideoEntry.name`), for skips and messages.
+        frame_paths: the file of each of ``jpegs``, for messages.
     """
 
-    __slots__ = ("jpegs", "order", "params")
+    __slots__ = ("frame_paths", "jpegs", "order", "params", "video")
 
-    def __init__(self, jpegs: list[bytearray], order: tuple[int, ...], params: ClipParams) -> None:
+    def __init__(
+        self,
+        jpegs: list[bytearray],
+        order: tuple[int, ...],
+        params: ClipParams,
+        video: str = "",
+        frame_paths: tuple[str, ...] = (),
+    ) -> None:
         self.jpegs = jpegs
         self.order = order
         self.params = params
+        self.video = video
+        self.frame_paths = frame_paths
 
-    def __getstate__(self) -> tuple[list[bytearray], tuple[int, ...], ClipParams]:
-        return self.jpegs, self.order, self.params
+    def __getstate__(self) -> tuple[list[bytearray], tuple[int, ...], ClipParams, str, tuple[str, ...]]:
+        return self.jpegs, self.order, self.params, self.video, self.frame_paths
 
-    def __setstate__(self, state: tuple[list[bytearray], tuple[int, ...], ClipParams]) -> None:
-        self.jpegs, self.order, self.params = state
+    def __setstate__(self, state: tuple[list[bytearray], tuple[int, ...], ClipParams, str, tuple[str, ...]]) -> None:
+        self.jpegs, self.order, self.params, self.video, self.frame_paths = state
 
 
-def read_encoded_clip(folder: FrameFolder, params: ClipParams) -> EncodedClip:
+def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None = None) -> EncodedClip:
     """Read (not decode) the JPEG bytes of the sampled frames; headers are checked here.
 
     The header check (a JPEG of the folder's frame size, with its end marker) catches missing,
     non-JPEG, resized and truncated frames in the worker, where the clip can still be replaced.
+    Damage inside the compressed data shows only when the device decodes it
+    (:func:`~lightning_multigrid.data.device_decode.decode_clips` finds, names and replaces it).
+
+    Args:
+        folder: the video's frames.
+        params: the clip's drawn parameters.
+        video: the video's name for messages (default the folder).
 
     Raises:
         VideoDecodeError: as :func:`read_clip`, for what the header shows.
@@ -155,16 +190,20 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams) -> EncodedClip:
             raise VideoDecodeError(folder.path, f"frame {path} is truncated (no JPEG end marker)")
         jpegs.append(data)
     position = {index: k for k, index in enumerate(wanted)}
-    return EncodedClip(jpegs, tuple(position[i] for i in params.frame_indices), params)
+    order = tuple(position[i] for i in params.frame_indices)
+    paths = tuple(folder.frame_path(i) for i in wanted)
+    return EncodedClip(jpegs, order, params, video or folder.path, paths)
 
 
-def check_frame_folder(entry: VideoEntry) -> FrameFolder:
+def check_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> FrameFolder:
     """Decode every frame of a frame folder in full, as ``check-data`` does for videos.
+
+    Frames are the ones training reads: the same listing (``layout``) and the same checks.
 
     Raises:
         VideoDecodeError: naming the first bad frame, or as :func:`open_frame_folder`.
     """
-    folder = open_frame_folder(entry)
+    folder = open_frame_folder(entry, layout)
     for index in range(folder.num_frames):
         path = folder.frame_path(index)
         try:
@@ -228,12 +267,6 @@ def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
             return image.size
     except _IMAGE_ERRORS as error:
         raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({_describe(error)})") from None
-
-
-def _frame_number(name: str) -> tuple[int, str]:
-    """Sort key: the last number in the name (so ``img_10`` follows ``img_9``), then the name."""
-    match = _NUMBERED.match(os.path.splitext(name)[0])
-    return (int(match.group(2)) if match else -1, name)
 
 
 def _pattern_of(folder: str, paths: list[str]) -> tuple[str, int, int, str] | None:

@@ -62,12 +62,20 @@ class VideoEntry:
         num_frames: frames the manifest says the folder holds (frame datasets; ``None``: not given).
         frame_paths: the frame files in display order, when the manifest lists them (PySlowFast's
             frame-list CSV); empty: list the folder.
+        video_id: the video's id in a frame-list CSV (several videos may share a folder there).
     """
 
     path: str
     labels: tuple[int, ...]
     num_frames: int | None = None
     frame_paths: tuple[str, ...] = ()
+    video_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The video in messages and per-video bookkeeping (skips, failures): its path, and its id
+        when it has one (videos of a frame-list CSV may share a folder)."""
+        return self.path if self.video_id is None else f"{self.path} [video {self.video_id}]"
 
     @property
     def label(self) -> int:

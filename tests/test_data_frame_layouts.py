@@ -1,0 +1,269 @@
+"""Frame folders as the field lays them out: filename templates, gaps, shared folders, unreadable files.
+
+Every bad input is built from real files (JPEGs through Pillow) and checked in each mode: the
+worker decode, the device decode (on ``device="cpu"``) and ``check-data`` must agree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from lightning_multigrid.data.check import check_videos
+from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.decode import VideoDecodeError
+from lightning_multigrid.data.device_decode import decode_clips
+from lightning_multigrid.data.frame_names import FrameLayout, FrameNameError, select_frames
+from lightning_multigrid.data.frames import open_frame_folder
+from lightning_multigrid.data.manifest import VideoEntry, load_manifest
+from lightning_multigrid.data.request import ClipRequest
+
+from conftest import FrameFactory, VideoFactory
+
+
+def every_frame(index: int, num_frames: int, seed: int = 0) -> ClipRequest:
+    """A request for ``num_frames`` consecutive frames (stride 1) at a small grid."""
+    return ClipRequest(index, num_frames, 32, (1.0, 1.0), (40, 48), seed)
+
+
+def grey(height: int = 48, width: int = 64) -> np.ndarray:
+    return np.full((height, width, 3), 128, np.uint8)
+
+
+def indices(video: object) -> list[int]:
+    clip = video.numpy()  # type: ignore[attr-defined]
+    return [VideoFactory.frame_index(clip[:, t]) for t in range(clip.shape[1])]
+
+
+# ---------------------------------------------------------------------------- templates
+
+
+def test_mmaction2_rawframes_with_flow_and_a_thumbnail_read_only_the_img_frames(
+    tmp_path: Path, frames: FrameFactory
+) -> None:
+    """Failure 1: flow_x_/flow_y_ frames and a numbered thumbnail were read as frames."""
+    folder = frames.coded("v", num_frames=16)
+    for kind in ("flow_x", "flow_y"):
+        frames.write("v", [grey()] * 16, pattern=kind + "_{:05d}.jpg")
+    Image.fromarray(grey(24, 32)).save(folder / "thumb_00001.jpg")
+    (tmp_path / "m.txt").write_text("v 0\n")
+    assert open_frame_folder(VideoEntry(str(folder), (0,))).num_frames == 16
+    for encoded in (False, True):
+        dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, return_encoded=encoded)
+        sample = dataset[every_frame(0, 16)]
+        video = decode_clips([sample["video"]], "cpu")[0] if encoded else sample["video"]
+        assert indices(video) == list(range(16)) and sample["skipped"] == ()
+    report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
+    assert report.ok and report.results[0].folder is not None and report.results[0].folder.num_frames == 16
+
+
+@pytest.mark.parametrize("template", ["{video}_{:06d}.jpg", "{video}-{:06d}.jpg", "img_{:05d}.jpg", "{:d}.jpg"])
+def test_field_layouts_are_detected(frames: FrameFactory, template: str) -> None:
+    folder = frames.coded("46GP8", num_frames=12, pattern=template.replace("{video}", "46GP8"))
+    Image.fromarray(grey()).save(folder / "cover.jpg")  # not numbered: never a frame
+    listed = open_frame_folder(VideoEntry(str(folder), (0,)))
+    assert listed.num_frames == 12 and listed.pattern is not None
+    assert Path(listed.frame_path(11)).name == template.format(12, video="46GP8")
+
+
+def test_a_given_template_picks_the_frames_and_ignores_the_rest(frames: FrameFactory) -> None:
+    folder = frames.coded("v", num_frames=5, pattern="frame{:04d}.jpg")
+    frames.write("v", [grey()] * 9, pattern="flow{:04d}.jpg")
+    with pytest.raises(VideoDecodeError, match=r"mixes file name patterns 'flow<number>.jpg' \(9 files\), "
+                       r"'frame<number>.jpg' \(5 files\): pass `filename_tmpl`"):
+        open_frame_folder(VideoEntry(str(folder), (0,)))
+    listed = open_frame_folder(VideoEntry(str(folder), (0,)), FrameLayout("frame{:04d}.jpg"))
+    assert listed.num_frames == 5 and listed.pattern == ("frame", 4, 1, ".jpg")
+    with pytest.raises(VideoDecodeError, match=r"no frame named like 'img_\{:05d\}.jpg' \(14 files: .*pass `filename_tmpl`"):
+        open_frame_folder(VideoEntry(str(folder), (0,)), FrameLayout("img_{:05d}.jpg"))
+
+
+@pytest.mark.parametrize(
+    ("template", "match"),
+    [
+        ("img.jpg", "no frame-number field"),
+        ("img_{:05d}_{:05d}.jpg", "one frame-number field"),
+        ("{name}_{:05d}.jpg", "one frame-number field"),
+        ("img_{:5d}.jpg", "zero-padded"),
+        ("img_{:05d}.png", "must name JPEG files"),
+        ("img_{:05d.jpg", "not a format string"),
+    ],
+)
+def test_bad_templates_are_refused_naming_the_option(tmp_path: Path, frames: FrameFactory, template: str, match: str) -> None:
+    frames.coded("v", num_frames=4)
+    (tmp_path / "m.txt").write_text("v 0\n")
+    with pytest.raises(ValueError, match=match):
+        TrainVideoDataset(tmp_path / "m.txt", filename_tmpl=template)
+
+
+def test_template_options_are_refused_for_a_video_manifest(tmp_path: Path, videos: VideoFactory) -> None:
+    videos.coded("a.mp4")
+    (tmp_path / "m.txt").write_text("a.mp4 0\n")
+    with pytest.raises(ValueError, match="`filename_tmpl` and `allow_frame_gaps` describe frame folders"):
+        TrainVideoDataset(tmp_path / "m.txt", filename_tmpl="img_{:05d}.jpg")
+
+
+def test_gap_report_names_the_missing_runs() -> None:
+    names = [f"img_{n:05d}.jpg" for n in [*range(1, 20), *range(41, 61)]]
+    with pytest.raises(FrameNameError, match=r"frames 20-40 are missing between frames 1 and 60 .*`allow_frame_gaps=True`"):
+        select_frames("v", names, FrameLayout())
+    listed = select_frames("v", names, FrameLayout(allow_gaps=True))
+    assert len(listed.names) == 39 and listed.pattern is None
+
+
+# ---------------------------------------------------------------------------- frame-list CSV
+
+
+def test_csv_videos_sharing_a_folder_read_their_own_frames(tmp_path: Path) -> None:
+    """Failure 2: the per-process cache was keyed by folder, so B was served A's frames."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    lines = ["original_vido_id video_id frame_id path labels"]
+    for video, offset, label in (("A", 0, 0), ("B", 40, 1)):
+        for i in range(8):
+            name = f"{video}-{i + 1:06d}.jpg"
+            Image.fromarray(np.full((48, 64, 3), VideoFactory.frame_colour(offset + i), np.uint8)).save(shared / name, quality=95)
+            lines.append(f'{video} {label} {i} shared/{name} "{label}"')
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    for encoded in (False, True):
+        dataset = TrainVideoDataset(tmp_path / "train.csv", flip=False, return_encoded=encoded)
+        a, b = dataset[every_frame(0, 8)], dataset[every_frame(1, 8)]
+        videos = decode_clips([a["video"], b["video"]], "cpu") if encoded else [a["video"], b["video"]]
+        assert indices(videos[0]) == list(range(8)) and indices(videos[1]) == list(range(40, 48))
+        assert (a["label"], b["label"]) == (0, 1)
+
+
+def test_csv_skips_are_per_video_not_per_folder(tmp_path: Path, frames: FrameFactory) -> None:
+    frames.coded("shared", num_frames=4)
+    lines = ["original_vido_id video_id frame_id path labels"]
+    lines += [f'A 0 {i} shared/img_{i + 1:05d}.jpg "0"' for i in range(4)]
+    lines += [f'B 1 {i} shared/missing_{i}.jpg "1"' for i in range(4)]  # B's frames are gone
+    (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    dataset = TrainVideoDataset(tmp_path / "train.csv")
+    bad = dataset[every_frame(1, 4)]
+    good = dataset[every_frame(0, 4)]
+    assert bad["skipped"] == (f"{tmp_path / 'shared'} [video B]",) and bad["index"] == 0
+    assert good["skipped"] == () and good["index"] == 0
+    report = check_videos(load_manifest(tmp_path / "train.csv"), workers=1, progress=False)
+    assert [r.path for r in report.failures] == [f"{tmp_path / 'shared'} [video B]"]
+
+
+# ---------------------------------------------------------------------------- bad videos, in every mode
+
+
+def _gap(frames: FrameFactory) -> Path:
+    folder = frames.coded("bad", num_frames=60)
+    for n in range(20, 41):
+        (folder / f"img_{n:05d}.jpg").unlink()
+    return folder
+
+
+def _png_named_png(frames: FrameFactory) -> Path:
+    folder = frames.coded("bad", num_frames=12)
+    (folder / "img_00005.jpg").unlink()
+    Image.fromarray(grey()).save(folder / "img_00005.png")  # not a frame of the template: a gap
+    return folder
+
+
+def _png_named_jpg(frames: FrameFactory) -> Path:
+    folder = frames.coded("bad", num_frames=12)
+    Image.fromarray(grey()).save(folder / "img_00005.jpg", format="PNG")  # a frame, but not a JPEG
+    return folder
+
+
+def _mixed(frames: FrameFactory) -> Path:
+    folder = frames.coded("bad", num_frames=12, pattern="a{:03d}.jpg")
+    frames.write("bad", [grey()] * 3, pattern="b{:03d}.jpg")
+    return folder
+
+
+BAD_FOLDERS = {
+    "gap": (_gap, "frames 20-40 are missing"),
+    "png_named_png": (_png_named_png, "frame 5 is missing"),
+    "png_named_jpg": (_png_named_jpg, "img_00005.jpg is not a JPEG (PNG)"),
+    "mixed_patterns": (_mixed, "mixes file name patterns"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_FOLDERS))
+def test_bad_folders_are_refused_alike_by_workers_device_and_check_data(
+    tmp_path: Path, frames: FrameFactory, kind: str
+) -> None:
+    """Failure 4: a gap (and a PNG among JPEGs) was read across as if time were continuous."""
+    build, reason = BAD_FOLDERS[kind]
+    bad = build(frames)
+    frames.coded("good", num_frames=60)
+    (tmp_path / "m.txt").write_text("bad 1\ngood 0\n")
+    for encoded in (False, True):
+        sample = TrainVideoDataset(tmp_path / "m.txt", return_encoded=encoded)[every_frame(0, 12)]
+        assert sample["skipped"] == (str(bad),) and sample["index"] == 1
+        with pytest.raises(VideoDecodeError, match=re.escape(reason)):
+            TrainVideoDataset(tmp_path / "m.txt", strict=True, return_encoded=encoded)[every_frame(0, 12)]
+    report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
+    assert [r.path for r in report.failures] == [str(bad)] and reason in str(report.failures[0].error)
+
+
+def test_allowed_gaps_read_the_frames_there_are(tmp_path: Path, frames: FrameFactory) -> None:
+    _gap(frames)
+    (tmp_path / "m.txt").write_text("bad 0\n")
+    dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, allow_frame_gaps=True)
+    sample = dataset[ClipRequest(0, 20, 32, (1.0, 1.0), (40, 48), 0)]
+    assert sample["skipped"] == ()
+    seen = indices(sample["video"])
+    assert all(n < 19 or n >= 40 for n in seen)  # frames 20-40 (indices 19-39) are not there
+    report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False,
+                          layout=FrameLayout(allow_gaps=True))
+    assert report.ok and report.results[0].folder is not None and report.results[0].folder.num_frames == 39
+
+
+# ---------------------------------------------------------------------------- unreadable files
+
+
+@contextmanager
+def as_other_user() -> Iterator[None]:
+    """Run the block without root's right to read anything (file permissions then apply)."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(65534)
+    os.seteuid(65534)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A temporary folder another user can reach (pytest's are private to their owner)."""
+    with tempfile.TemporaryDirectory() as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+@pytest.mark.parametrize("what", ["folder", "frame"])
+def test_unreadable_files_are_skips_with_their_reason(open_dir: Path, what: str) -> None:
+    """Failure 8: a PermissionError escaped the skip logic, and check-data crashed."""
+    factory = FrameFactory(open_dir)
+    bad = factory.coded("bad", num_frames=12)
+    factory.coded("good", num_frames=12)
+    (open_dir / "m.txt").write_text("bad 1\ngood 0\n")
+    os.chmod(bad if what == "folder" else bad / "img_00001.jpg", 0)
+    with as_other_user():
+        for encoded in (False, True):
+            sample = TrainVideoDataset(open_dir / "m.txt", return_encoded=encoded)[every_frame(0, 12)]
+            assert sample["skipped"] == (str(bad),)
+            batch = collate_clips([sample])
+            assert batch["skipped"] == [str(bad)]
+        report = check_videos(load_manifest(open_dir / "m.txt"), workers=1, progress=False)
+    assert [r.path for r in report.failures] == [str(bad)]
+    assert "Permission denied" in str(report.failures[0].error) or "Errno 13" in str(report.failures[0].error)
