@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from lightning_multigrid.data.manifest import (
     Manifest,
@@ -128,3 +130,64 @@ def test_missing_files_and_roots(tmp_path: Path) -> None:
 def test_load_manifest_passes_objects_through(tmp_path: Path) -> None:
     manifest = Manifest((VideoEntry("a.mp4", (0,)),), 1)
     assert load_manifest(manifest) is manifest
+
+
+# ---------------------------------------------------------------------------- as editors write them
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_byte_order_mark_and_crlf_keep_the_first_entry(tmp_path: Path, newline: str) -> None:
+    """Failure 6: a manifest saved with a UTF-8 byte-order mark lost its first entry."""
+    from lightning_multigrid.data.frame_manifest import write_frame_manifest
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / name / "img_00001.jpg")
+    text = newline.join(["a 0 1", "b 1 1", ""])
+    (tmp_path / "frames.txt").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    (tmp_path / "videos.csv").write_bytes(b"\xef\xbb\xbf" + newline.join(["a.mp4,0", "b.mp4,1", ""]).encode())
+    (tmp_path / "names.txt").write_bytes(b"\xef\xbb\xbf" + newline.join(["jump", "run", ""]).encode())
+    frames = load_manifest(tmp_path / "frames.txt", class_names=tmp_path / "names.txt")
+    videos = load_manifest(tmp_path / "videos.csv")
+    assert frames.format == "frames" and [Path(e.path).name for e in frames.entries] == ["a", "b"]
+    assert frames.class_names == ("jump", "run")
+    assert videos.format == "video" and [Path(e.path).name for e in videos.entries] == ["a.mp4", "b.mp4"]
+    write_frame_manifest(tmp_path / "again.txt", frames.entries)
+    assert load_manifest(tmp_path / "again.txt").entries == frames.entries
+
+
+def test_frame_manifests_are_told_apart_from_video_manifests_by_content(tmp_path: Path) -> None:
+    """A frame manifest whose first folders are missing, that is comma-separated, or whose root is
+    wrong was read as a video manifest (paths with the label glued on, advice about video files)."""
+    for name in ("c", "d"):
+        (tmp_path / name).mkdir()
+    missing_first = write(tmp_path / "m1.txt", "a 0\nb 1\nc 0\nd 1\n")
+    commas = write(tmp_path / "m2.csv", "c,0,12\nd,1,12\n")
+    quoted = write(tmp_path / "m3.txt", '"air drumming/x" 1 12\nc 0 12\n')
+    for manifest in (missing_first, commas, quoted):
+        assert load_manifest(manifest).format == "frames"
+    assert [e.path for e in load_manifest(commas).entries] == [str(tmp_path / "c"), str(tmp_path / "d")]
+    assert load_manifest(quoted).entries[0].path == str(tmp_path / "air drumming/x")
+    wrong_root = tmp_path / "elsewhere"
+    wrong_root.mkdir()
+    assert load_manifest(commas, root=wrong_root).format == "frames"  # the frame count tells
+    with pytest.raises(ManifestError, match=r"cannot tell whether it lists video files or frame folders.*"
+                       r"Check `root_dir` \(--root\), or state the kind: `manifest_kind='frames'`"):
+        load_manifest(missing_first, root=wrong_root)
+    assert load_manifest(missing_first, root=wrong_root, kind="frames").format == "frames"
+    with pytest.raises(ValueError, match="`manifest_kind` must be"):
+        load_manifest(missing_first, kind="folders")  # type: ignore[arg-type]
+
+
+def test_folders_with_spaces_round_trip_through_the_frame_manifest(tmp_path: Path) -> None:
+    """Failure 12 (the format): a Kinetics class folder such as `air drumming` could not be written."""
+    from lightning_multigrid.data.frame_manifest import write_frame_manifest
+
+    entries = [VideoEntry(str(tmp_path / "air drumming" / "v1"), (0,), 12), VideoEntry(str(tmp_path / "abseiling" / "v2"), (1,), 9)]
+    for entry in entries:
+        Path(entry.path).mkdir(parents=True)
+    write_frame_manifest(tmp_path / "train.txt", entries)
+    assert (tmp_path / "train.txt").read_text().splitlines()[0] == '"air drumming/v1" 0 12'
+    assert load_manifest(tmp_path / "train.txt").entries == tuple(entries)
+    with pytest.raises(ValueError, match="whitespace and a double quote"):
+        write_frame_manifest(tmp_path / "bad.txt", [VideoEntry(str(tmp_path / 'say "hi" now'), (0,), 1)])

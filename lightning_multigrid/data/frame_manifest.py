@@ -25,20 +25,31 @@ Both give a :class:`~lightning_multigrid.data.manifest.Manifest` with ``format="
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lightning_multigrid.data.manifest import (
+    VIDEO_EXTENSIONS,
     Manifest,
     ManifestError,
     VideoEntry,
     _check_root,
     _parse_labels,
+    _parses,
     _resolve_class_names,
+    _split_line,
 )
 
-__all__ = ["FRAME_CSV_HEADER", "is_frame_manifest", "read_frame_manifest", "write_frame_manifest"]
+__all__ = [
+    "FRAME_CSV_HEADER",
+    "detect_manifest_kind",
+    "is_frame_manifest",
+    "manifest_field",
+    "read_frame_manifest",
+    "write_frame_manifest",
+]
 
 FRAME_CSV_HEADER: tuple[str, ...] = ("original_vido_id", "video_id", "frame_id", "path", "labels")
 
@@ -46,29 +57,52 @@ FRAME_CSV_HEADER: tuple[str, ...] = ("original_vido_id", "video_id", "frame_id",
 def is_frame_manifest(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> bool:
     """Whether a manifest file lists frame folders (or is a frame-list CSV) rather than video files.
 
-    Decided from the first lines that are not blank or comments: PySlowFast's header on the
-    first, or a first field that is an existing directory under the root on any of the first 20
-    (so a few missing folders at the top do not turn the dataset into a list of bad videos).
+    ``False`` also when the content cannot tell (see :func:`detect_manifest_kind`).
+    """
+    return Path(path).is_file() and detect_manifest_kind(path, root) == "frames"
+
+
+def detect_manifest_kind(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> str | None:
+    """``"video"`` or ``"frames"`` from a manifest's content, ``None`` when it cannot tell.
+
+    PySlowFast's header makes a frame-list CSV. Otherwise each of the first lines votes: a path
+    with a video extension (``.mp4``, ...) for video; a third, integer field (``folder label
+    num_frames``) for frames; else, on the first 20 lines, an existing directory under the root
+    for frames and an existing file for video. Missing entries at the top, commas and a wrong
+    root do not turn a frame manifest into a video manifest.
     """
     file = Path(path)
-    if not file.is_file():
-        return False
     base = Path(root) if root is not None else file.parent
-    seen = 0
-    with file.open(encoding="utf-8") as lines:
-        for raw in lines:
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            fields = line.split()
-            if seen == 0 and tuple(fields[:5]) == FRAME_CSV_HEADER:
-                return True
-            if (base / fields[0]).is_dir():
-                return True
-            seen += 1
-            if seen == 20:
-                break
-    return False
+    votes = {"video": 0, "frames": 0}
+    with file.open(encoding="utf-8-sig") as handle:
+        data = [line for raw in handle if (line := raw.strip()) and not line.startswith("#")]
+    if not data:
+        return "video"  # its reader says that it lists no videos
+    if tuple(data[0].split()[:5]) == FRAME_CSV_HEADER:
+        return "frames"
+    for number, line in enumerate(data[:1000]):
+        vote = _vote(line, base if number < 20 else None)
+        if vote is not None:
+            votes[vote] += 1
+    if votes["video"] == votes["frames"]:
+        return None
+    return "video" if votes["video"] > votes["frames"] else "frames"
+
+
+def _vote(line: str, base: Path | None) -> str | None:
+    candidates = [video for video, _ in _split_line(line)]
+    if any(Path(c).suffix.lower() in VIDEO_EXTENSIONS for c in candidates):
+        return "video"
+    fields = _frame_fields(line, None)
+    if fields is not None and len(fields) == 3:
+        return "frames"
+    if base is not None:
+        paths = [fields[0]] if fields else []
+        if any((base / p).is_dir() for p in [*paths, *candidates]):
+            return "frames"
+        if any((base / p).is_file() for p in candidates):
+            return "video"
+    return None
 
 
 def read_frame_manifest(
@@ -98,7 +132,7 @@ def read_frame_manifest(
     base = _check_root(root, default=file.parent)
     names = _resolve_class_names(class_names)
     index_of = {name: i for i, name in enumerate(names)} if names is not None else None
-    with file.open(encoding="utf-8") as handle:
+    with file.open(encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         numbered = [(n, raw.strip()) for n, raw in enumerate(handle, start=1)]
     lines = [(n, line) for n, line in numbered if line and not line.startswith("#")]
     if lines and tuple(lines[0][1].split()[:5]) == FRAME_CSV_HEADER:
@@ -125,8 +159,11 @@ def write_frame_manifest(
 ) -> None:
     """Write ``folder label num_frames`` lines, folders relative to ``root`` (default the file's directory).
 
+    A folder with whitespace (a Kinetics class such as ``air drumming``) is written in double
+    quotes, which :func:`read_frame_manifest` reads back.
+
     Raises:
-        ValueError: when a folder name holds whitespace (the format splits on it).
+        ValueError: when a folder name holds both whitespace and a double quote (no line can hold it).
     """
     file = Path(path)
     base = Path(root) if root is not None else file.parent
@@ -137,21 +174,51 @@ def write_frame_manifest(
             folder = folder.relative_to(base)
         except ValueError:
             pass
-        if any(c.isspace() for c in str(folder)):
-            raise ValueError(f"Frame folder {folder} holds whitespace: a frame manifest line cannot hold it.")
         count = "" if entry.num_frames is None else f" {entry.num_frames}"
-        lines.append(f"{folder.as_posix()} {','.join(map(str, entry.labels))}{count}\n")
+        lines.append(f"{manifest_field(folder.as_posix())} {','.join(map(str, entry.labels))}{count}\n")
     file.write_text("".join(lines), encoding="utf-8")
+
+
+def manifest_field(folder: str) -> str:
+    """``folder`` as the first field of a frame manifest line: quoted when it holds whitespace.
+
+    Raises:
+        ValueError: when it holds whitespace and a double quote, or a line break.
+    """
+    if not any(c.isspace() for c in folder):
+        return folder
+    if '"' in folder or "\n" in folder or "\r" in folder:
+        raise ValueError(
+            f"Frame folder {folder!r} holds whitespace and a double quote (or a line break): no frame manifest "
+            "line can hold it; rename it."
+        )
+    return f'"{folder}"'
+
+
+def _frame_fields(line: str, index_of: dict[str, int] | None) -> list[str] | None:
+    """``[folder, label, (num_frames)]`` of a line separated by whitespace (folder possibly in double
+    quotes) or by commas (as a spreadsheet saves it), whichever reads; ``None`` when neither does."""
+    if line.startswith('"'):
+        spaced = next(csv.reader([line.replace("\t", " ")], delimiter=" ", skipinitialspace=True))
+    else:
+        spaced = line.split()
+    commas = next(csv.reader([line], skipinitialspace=True)) if "," in line else []
+    for fields in (spaced, [f.strip() for f in commas]):
+        if len(fields) in (2, 3) and fields[0] and _parses(fields[1], index_of) and (
+            len(fields) == 2 or fields[2].isdigit()
+        ):
+            return fields
+    return None
 
 
 def _read_folder_line(
     line_number: int, line: str, base: Path, index_of: dict[str, int] | None, file: Path
 ) -> VideoEntry:
-    fields = line.split()
+    fields = _frame_fields(line, index_of) or _loose_fields(line)
     if len(fields) not in (2, 3):
         raise ManifestError(
             f"{file}:{line_number}: malformed line {line!r}: expected `folder label [num_frames]` "
-            "separated by whitespace (folder names without spaces)."
+            'separated by whitespace or commas (a folder with spaces in double quotes: `"air drumming/x" 1 300`).'
         )
     num_frames = None
     if len(fields) == 3:
@@ -160,6 +227,13 @@ def _read_folder_line(
         num_frames = int(fields[2])
     labels = _parse_labels(fields[1], index_of, file, line_number, line)
     return VideoEntry(str(base / fields[0]), labels, num_frames)
+
+
+def _loose_fields(line: str) -> list[str]:
+    """The fields of a line that does not read, split as its separators say, for the error message."""
+    if "," in line and len(line.split()) == 1:
+        return [f.strip() for f in line.split(",")]
+    return line.split()
 
 
 def _read_frame_csv(

@@ -36,6 +36,7 @@ __all__ = [
     "VIDEO_EXTENSIONS",
     "Manifest",
     "ManifestError",
+    "ManifestKind",
     "VideoEntry",
     "load_manifest",
     "read_class_names",
@@ -127,7 +128,7 @@ def read_class_names(path: str | os.PathLike[str]) -> tuple[str, ...]:
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"Class-names file {file} does not exist: check `class_names`.")
-    text = file.read_text(encoding="utf-8")
+    text = file.read_text(encoding="utf-8-sig")
     names = _class_names_from_json(file, text) if file.suffix == ".json" else _class_names_from_lines(file, text)
     if not names:
         raise ManifestError(f"{file}: the class-names file is empty: write one class name per line.")
@@ -205,7 +206,7 @@ def read_manifest(
     entries: list[VideoEntry] = []
     any_multi = False
     first_line = True
-    with file.open(encoding="utf-8") as lines:
+    with file.open(encoding="utf-8-sig") as lines:  # -sig: a byte-order mark is not part of line 1
         for line_number, raw in enumerate(lines, start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -264,21 +265,37 @@ def read_folder_manifest(
     return Manifest(tuple(entries), len(classes), False, tuple(classes), str(base))
 
 
+ManifestKind = Literal["auto", "video", "frames"]
+
+
 def load_manifest(
     source: str | os.PathLike[str] | Manifest,
     root: str | os.PathLike[str] | None = None,
     class_names: str | os.PathLike[str] | Sequence[str] | None = None,
+    kind: ManifestKind = "auto",
 ) -> Manifest:
     """A manifest from a manifest file, a folder of class folders, or an already read one.
 
     A file whose paths are folders (``folder label [num_frames]``) or that is PySlowFast's
     frame-list CSV is read as a frame dataset (:func:`~lightning_multigrid.data.frame_manifest.read_frame_manifest`).
 
+    Args:
+        source: the manifest file, a folder per class, or a :class:`Manifest`.
+        root: directory the manifest's paths are relative to; default its directory.
+        class_names: a class-names file or the names, for labels given as names.
+        kind: ``"video"`` (``path label`` lines of video files), ``"frames"`` (a frame dataset), or
+            ``"auto"``: told from the content
+            (:func:`~lightning_multigrid.data.frame_manifest.detect_manifest_kind`).
+
     Raises:
         FileNotFoundError: when the file or folder does not exist.
-        ValueError: when ``root`` or ``class_names`` are given with a folder or a ``Manifest``.
-        ManifestError: as :func:`read_manifest` and :func:`read_folder_manifest`.
+        ValueError: when ``root`` or ``class_names`` are given with a folder or a ``Manifest``, or
+            ``kind`` is not one of the three.
+        ManifestError: as :func:`read_manifest` and :func:`read_folder_manifest`, and when
+            ``kind="auto"`` and the content cannot tell.
     """
+    if kind not in ("auto", "video", "frames"):
+        raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {kind!r}.")
     if isinstance(source, Manifest):
         if root is not None or class_names is not None:
             raise ValueError("`root` and `class_names` apply to a manifest file, not to a `Manifest` object.")
@@ -290,9 +307,20 @@ def load_manifest(
                 "do not pass `root` or `class_names`."
             )
         return read_folder_manifest(source)
-    from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_frame_manifest
+    from lightning_multigrid.data.frame_manifest import detect_manifest_kind, read_frame_manifest
 
-    if is_frame_manifest(source, root):
+    if kind == "auto" and Path(source).is_file():
+        _check_root(root, default=Path(source).parent)
+        detected = detect_manifest_kind(source, root)
+        if detected is None:
+            raise ManifestError(
+                f"{source}: cannot tell whether it lists video files or frame folders: its paths have no video "
+                f"extension ({', '.join(VIDEO_EXTENSIONS[:3])}, ...), no frame count, and none of the first lines "
+                f"exists under {root if root is not None else Path(source).parent}. Check `root_dir` (--root), "
+                "or state the kind: `manifest_kind='frames'` or `'video'` (--manifest-kind)."
+            )
+        kind = "frames" if detected == "frames" else "video"
+    if kind == "frames":
         return read_frame_manifest(source, root=root, class_names=class_names)
     return read_manifest(source, root=root, class_names=class_names)
 
