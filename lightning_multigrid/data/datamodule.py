@@ -31,10 +31,12 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler, Sequential
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_int
+from lightning_multigrid.data.checks import check_drop_last, check_eval_labels
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifest import load_manifest
+from lightning_multigrid.data.manifest import ManifestKind, load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.schedule import (
@@ -178,6 +180,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             main process (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`): a coarse
             grid's 8-16x larger batch no longer waits on one worker. Lightning still sees whole
             batches.
+        filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"``
+            (mmaction2), ``"{video}_{:06d}.jpg"`` (PySlowFast), ``"{video}-{:06d}.jpg"`` (Charades);
+            ``None`` detects each folder's. Other files (optical flow, thumbnails) are never read
+            as frames (see ``docs/frame-layouts.md``).
+        allow_frame_gaps: frame datasets: read a folder whose frame numbers skip as consecutive
+            frames; by default it is a bad video (skipped, counted, reported).
+        manifest_kind: ``"video"`` or ``"frames"`` when the manifests' content cannot tell;
+            default ``"auto"``.
 
     Raises:
         ValueError: on out-of-range sizes or conflicting data arguments (naming them).
@@ -212,8 +222,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         std: tuple[float, float, float] = DEFAULT_STD,
         frame_decode: Literal["workers", "device"] = "workers",
         chunk_batches: bool = True,
+        filename_tmpl: str | None = None,
+        allow_frame_gaps: bool = False,
+        manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
+        FrameLayout(filename_tmpl, allow_frame_gaps)  # validates both before any file is read
+        if manifest_kind not in ("auto", "video", "frames"):
+            raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {manifest_kind!r}.")
         _check_sizes(
             frame_decode=frame_decode, batch_size=batch_size, num_frames=num_frames, crop_size=crop_size,
             sampling_rate=sampling_rate, num_views=num_views, num_workers=num_workers, num_crops=num_crops,
@@ -255,6 +271,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.std = tuple(float(s) for s in std)
         self.frame_decode = frame_decode
         self.chunk_batches = chunk_batches
+        self.filename_tmpl = filename_tmpl
+        self.allow_frame_gaps = allow_frame_gaps
+        self.manifest_kind = manifest_kind
         self.save_hyperparameters()
         if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
             self.train_manifest, self.val_manifest, self.class_names = synthetic_files(synthetic_dir)
@@ -292,7 +311,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
         Raises:
             ValueError: when the schedule was built for another base shape, frame stride or
-                jitter range than this DataModule's.
+                jitter range than this DataModule's, or when ``drop_last`` would leave one of its
+                epochs without a batch.
         """
         if schedule is not None:
             # The callback builds the schedule from these values; this guards hand-built ones.
@@ -306,6 +326,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     "build it with `MultigridConfig(base=datamodule.base_shape, "
                     "sampling_rate=datamodule.sampling_rate, jitter_scales=datamodule.jitter_scales, ...)`."
                 )
+        if schedule is not None:
+            self._check_batches_left(schedule)
         self._schedule = schedule
         self._train_loader = None
         self._train_loader_key = None
@@ -339,7 +361,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest = self.train_manifest or self.val_manifest
         if manifest is None:
             raise ValueError("`num_classes` needs a `train_manifest` or `val_manifest`.")
-        return load_manifest(manifest, root=self.root_dir, class_names=self.class_names).num_classes
+        return load_manifest(manifest, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind).num_classes
 
     def use_datasets(
         self,
@@ -370,7 +392,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         Raises:
             ValueError: when a manifest the stage needs is not given.
             FileNotFoundError: when a manifest, root directory or class-names file does not exist.
-            ManifestError: when a manifest is malformed (naming file and line).
+            ManifestError: when a manifest is malformed, or a validation label is not a training
+                class (naming file and line).
         """
         self._prepare_synthetic()
         if stage == "fit":
@@ -385,9 +408,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     slowfast_alpha=self.slowfast_alpha,
                     metadata_file=self.metadata_file,
                     return_encoded=self.frame_decode == "device",
+                    filename_tmpl=self.filename_tmpl,
+                    allow_frame_gaps=self.allow_frame_gaps,
+                    manifest_kind=self.manifest_kind,
                 )
             if self.val_manifest is not None and self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
+            check_eval_labels(self._train_dataset, self._val_dataset, "val_manifest")
+            self._check_batches_left(self._schedule or self._baseline_schedule())
         elif stage == "validate":
             if self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
@@ -395,6 +423,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             if self._test_dataset is None:
                 argument = "test_manifest" if self.test_manifest is not None else "val_manifest"
                 self._test_dataset = self._eval_dataset(argument, self._test_path())
+            if self._train_dataset is not None:
+                check_eval_labels(self._train_dataset, self._test_dataset, argument)
         else:
             raise ValueError(f"MultigridVideoDataModule supports fit, validate and test, got stage {stage!r}.")
 
@@ -576,7 +606,17 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
             return_encoded=self.frame_decode == "device",
+            filename_tmpl=self.filename_tmpl,
+            allow_frame_gaps=self.allow_frame_gaps,
+            manifest_kind=self.manifest_kind,
         )
+
+    def _check_batches_left(self, schedule: MultigridSchedule) -> None:
+        """With ``drop_last``, refuse a schedule with an epoch of 0 batches (it would end the run there)."""
+        if not self.drop_last or self._train_dataset is None:
+            return
+        _, world_size = self._rank_and_world_size()
+        check_drop_last(schedule, len(self._train_dataset), world_size)
 
     def _baseline_schedule(self) -> MultigridSchedule:
         # A one-stage schedule at the base shape; stage_at() clamps later epochs to it.

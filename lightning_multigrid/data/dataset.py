@@ -48,7 +48,7 @@ from lightning_multigrid.data.decode import (
 from lightning_multigrid.data.device_decode import EncodedBatch
 from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.manifest import Manifest, load_manifest
+from lightning_multigrid.data.manifest import Manifest, ManifestKind, load_manifest
 from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
 from lightning_multigrid.data.request import ClipRequest
 
@@ -99,9 +99,10 @@ class _VideoDataset:
         return_encoded: bool = False,
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
+        manifest_kind: ManifestKind = "auto",
     ) -> None:
         self.layout = FrameLayout(filename_tmpl, allow_frame_gaps)
-        self.manifest = load_manifest(manifest, root=root, class_names=class_names)
+        self.manifest = load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind)
         if (filename_tmpl is not None or allow_frame_gaps) and self.manifest.format != "frames":
             raise ValueError(
                 f"`filename_tmpl` and `allow_frame_gaps` describe frame folders, but {self.manifest.source} lists "
@@ -240,6 +241,7 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
             (:mod:`~lightning_multigrid.data.frame_names`). Other files are never read as frames.
         allow_frame_gaps: frame datasets: read folders whose frame numbers skip as consecutive
             frames, instead of skipping them as bad videos.
+        manifest_kind: ``"video"`` or ``"frames"``; default ``"auto"`` tells from the content.
 
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
@@ -267,10 +269,11 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         return_encoded: bool = False,
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
+        manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded, filename_tmpl, allow_frame_gaps,
+            return_encoded, filename_tmpl, allow_frame_gaps, manifest_kind,
         )
         self.flip = flip
 
@@ -331,6 +334,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         return_encoded: as :class:`TrainVideoDataset`.
         filename_tmpl: as :class:`TrainVideoDataset`.
         allow_frame_gaps: as :class:`TrainVideoDataset`.
+        manifest_kind: as :class:`TrainVideoDataset`.
     """
 
     def __init__(
@@ -352,6 +356,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         return_encoded: bool = False,
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
+        manifest_kind: ManifestKind = "auto",
     ) -> None:
         for name, value in (
             ("num_frames", num_frames),
@@ -368,7 +373,7 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
             raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded, filename_tmpl, allow_frame_gaps,
+            return_encoded, filename_tmpl, allow_frame_gaps, manifest_kind,
         )
         self.num_frames = num_frames
         self.crop_size = crop_size

@@ -226,7 +226,7 @@ def _read_folder_line(
             raise ManifestError(f"{file}:{line_number}: `num_frames` {fields[2]!r} is not a positive integer in {line!r}.")
         num_frames = int(fields[2])
     labels = _parse_labels(fields[1], index_of, file, line_number, line)
-    return VideoEntry(str(base / fields[0]), labels, num_frames)
+    return VideoEntry(str(base / fields[0]), labels, num_frames, line_number=line_number)
 
 
 def _loose_fields(line: str) -> list[str]:
@@ -242,6 +242,7 @@ def _read_frame_csv(
     # video id -> [(frame_id, path)], labels; insertion order is the order of first appearance.
     frames: dict[str, list[tuple[int, str]]] = {}
     labels: dict[str, set[int]] = {}
+    first_line: dict[str, int] = {}
     for line_number, line in lines:
         fields = line.split(maxsplit=4)
         if len(fields) < 4 or not fields[2].lstrip("-").isdigit():
@@ -252,6 +253,7 @@ def _read_frame_csv(
         video, _, frame_id, frame_path = fields[:4]
         label_field = fields[4].strip().strip('"') if len(fields) == 5 else ""
         frames.setdefault(video, []).append((int(frame_id), str(base / frame_path)))
+        first_line.setdefault(video, line_number)
         found = labels.setdefault(video, set())
         if label_field:
             found.update(_parse_labels(label_field, index_of, file, line_number, line))
@@ -259,5 +261,5 @@ def _read_frame_csv(
     for video, listed in frames.items():
         paths = tuple(p for _, p in sorted(listed))
         folder = os.path.dirname(paths[0])
-        entries.append(VideoEntry(folder, tuple(sorted(labels[video])), len(paths), paths, video))
+        entries.append(VideoEntry(folder, tuple(sorted(labels[video])), len(paths), paths, video, first_line[video]))
     return entries

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -64,6 +64,8 @@ class VideoEntry:
         frame_paths: the frame files in display order, when the manifest lists them (PySlowFast's
             frame-list CSV); empty: list the folder.
         video_id: the video's id in a frame-list CSV (several videos may share a folder there).
+        line_number: the manifest line it was read from (1-based; its first frame's line in a
+            frame-list CSV), for messages; not part of equality.
     """
 
     path: str
@@ -71,6 +73,7 @@ class VideoEntry:
     num_frames: int | None = None
     frame_paths: tuple[str, ...] = ()
     video_id: str | None = None
+    line_number: int | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -224,7 +227,7 @@ def read_manifest(
             video, label_field = (parsed or candidates)[0]
             labels = _parse_labels(label_field, index_of, file, line_number, line)
             any_multi = any_multi or len(labels) > 1
-            entries.append(VideoEntry(str(base / video), labels))
+            entries.append(VideoEntry(str(base / video), labels, line_number=line_number))
     if not entries:
         raise ManifestError(
             f"{file}: the manifest lists no videos: write one `path label` line per video."
