@@ -95,14 +95,25 @@ def parse_args() -> argparse.Namespace:
 
 
 class GridThroughput(pl.Callback):
-    """Clips/s reached at each grid: clips of a batch over the time to the next batch's start."""
+    """Clips/s reached at each grid (clips of a batch over the time to the next batch's start), and
+    the time the loop waited for data: from one batch's end to the next one's start (fetching the
+    batch, its transfer and, with ``frame_decode="device"``, its decoding; epoch ends included)."""
 
     def __init__(self) -> None:
         self.totals: dict[tuple[int, int], list[float]] = {}  # (frames, crop) -> [clips, seconds]
         self._last: tuple[float, tuple[int, int], int] | None = None
+        self.wait_seconds = 0.0
+        self._fit_start = self._batch_end = 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._fit_start = self._batch_end = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self._batch_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
+        self.wait_seconds += now - self._batch_end
         if self._last is not None and batch_idx > 0:
             start, grid, clips = self._last
             total = self.totals.setdefault(grid, [0.0, 0.0])
@@ -180,6 +191,7 @@ def run(
         "seconds": train_seconds,
         "top1": metrics["val/top1"],
         "grid_rates": throughput.rates(),
+        "data_wait_share": throughput.wait_seconds / train_seconds,
     }
 
 
@@ -241,12 +253,13 @@ def prepare_data(args: argparse.Namespace, data_dir: Path, sources: list[str]) -
 def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, dict[str, Any]]], data: str) -> None:
     print(f"\nbaseline vs multigrid, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
           f"LR {args.lr:g}, {args.precision}, {data}, on {device_name(args)}")
-    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6}")
+    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6} "
+          f"{'data wait':>9}")
     for (backbone, source), pair in results.items():
         model = f"tiny w{args.width}" if backbone == "tiny" else backbone
         for name, result in pair.items():
             print(f"{model:<10} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
-                  f"{result['seconds']:>8.1f} {result['top1']:>6.3f}")
+                  f"{result['seconds']:>8.1f} {result['top1']:>6.3f} {result['data_wait_share']:>9.0%}")
     for (backbone, source), pair in results.items():
         baseline, multigrid = pair["baseline"], pair["multigrid"]
         print(

@@ -3,9 +3,14 @@
 With ``frame_decode="device"`` the DataModule's workers return
 :class:`~lightning_multigrid.data.frames.EncodedClip` (the sampled frames' JPEG bytes and the
 clip's parameters, drawn from the same seeds as the CPU path); :func:`decode_clips` then decodes
-every frame of the batch in one batched call (``torchvision.io.decode_jpeg(..., device="cuda")``,
-nvjpeg), resizes each clip to its drawn short side, crops and flips it on the device. On
-``device="cpu"`` the same code runs with libjpeg, which is how it is tested without a GPU.
+every frame of the batch in one batched call (nvjpeg on CUDA), resizes each clip to its drawn
+short side, crops and flips it on the device. On ``device="cpu"`` the same code runs with libjpeg,
+which is how it is tested without a GPU.
+
+The decoder is torchcodec's ``decode_jpeg`` when torchcodec is installed and loads with this torch
+(``pip install "lightning-multigrid[gpu]"``; on H100/H200 its nvjpeg batch uses the hardware JPEG
+engines), else ``torchvision.io.decode_jpeg``, which torchvision 0.29 deprecates in torchcodec's
+favour. Both give the same pixels (libjpeg-turbo on CPU; tested). :func:`jpeg_decoder` says which.
 
 The resize is antialiased bilinear on the full decoded frame, so a clip matches the worker-side
 path (PIL's DCT-scaled decode and box resize) within JPEG and resampling error.
@@ -13,14 +18,20 @@ path (PIL's DCT-scaled decode and box resize) within JPEG and resampling error.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import logging
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from lightning_multigrid.data.frames import EncodedClip
 
-__all__ = ["EncodedBatch", "decode_clips"]
+__all__ = ["EncodedBatch", "decode_clips", "decode_jpegs", "jpeg_decoder"]
+
+logger = logging.getLogger(__name__)
+
+JpegDecoder = Callable[[list[torch.Tensor], torch.device], list[torch.Tensor]]
 
 
 class EncodedBatch:
@@ -61,8 +72,6 @@ def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.devi
             the data shows only here, where the clip can no longer be replaced: run
             ``lightning-multigrid check-data`` on the dataset).
     """
-    from torchvision.io import ImageReadMode, decode_jpeg
-
     clips = batch.clips if isinstance(batch, EncodedBatch) else list(batch)
     if not clips:
         raise ValueError("`decode_clips` got an empty batch.")
@@ -71,8 +80,7 @@ def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.devi
         raise ValueError(f"Clips of one batch must share a grid (num_frames, crop_size), got {sorted(grids)}.")
     device = torch.device(device)
     data = [torch.frombuffer(jpeg, dtype=torch.uint8) for clip in clips for jpeg in clip.jpegs]
-    # One call for the whole batch: nvjpeg decodes the list batched.
-    images = decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    images = decode_jpegs(data, device)
     out = []
     start = 0
     for clip in clips:
@@ -80,6 +88,50 @@ def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.devi
         start += len(clip.jpegs)
         out.append(_resize_crop_flip(frames, clip)[list(clip.order)].transpose(0, 1))  # (3, T, S, S)
     return torch.stack(out)
+
+
+def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
+    """Decode JPEG files to RGB in one batched call (nvjpeg decodes a list as a batch on CUDA).
+
+    Args:
+        data: each file's bytes, a 1-D uint8 tensor in host memory.
+        device: where the pixels go (and where they are decoded).
+
+    Returns:
+        uint8 tensors ``(3, H, W)`` on ``device``, one per file.
+    """
+    return _decoder()[1](data, torch.device(device))
+
+
+def jpeg_decoder() -> str:
+    """The library that decodes: ``"torchcodec"`` when it is installed and loads, else ``"torchvision"``."""
+    return _decoder()[0]
+
+
+@functools.cache
+def _decoder() -> tuple[str, JpegDecoder]:
+    try:
+        from torchcodec.decoders import decode_jpeg as torchcodec_decode
+    except Exception as error:  # a torchcodec built for another torch fails with OSError or RuntimeError
+        if not isinstance(error, ModuleNotFoundError):
+            logger.warning("torchcodec is installed but does not load (%s); decoding JPEG with torchvision.", error)
+        return "torchvision", _torchvision_decode
+
+    def decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        return list(torchcodec_decode(data, mode="RGB", device=device))
+
+    return "torchcodec", decode
+
+
+def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    import warnings
+
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its image decoding; this is the fallback without torchcodec.
+        warnings.filterwarnings("ignore", message=".*image decoding and encoding capabilities of TorchVision")
+        return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
 
 
 def _resize_crop_flip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:

@@ -1,0 +1,86 @@
+"""The device decoder's JPEG library: torchcodec when it loads, torchvision otherwise, same pixels."""
+
+from __future__ import annotations
+
+import io
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lightning_multigrid.data import device_decode
+from lightning_multigrid.data.dataset import TrainVideoDataset
+from lightning_multigrid.data.device_decode import decode_clips, decode_jpegs, jpeg_decoder
+from lightning_multigrid.data.frames import EncodedClip
+from lightning_multigrid.data.request import ClipRequest
+
+from conftest import FrameFactory
+
+torchcodec_loads = True
+try:
+    import torchcodec.decoders  # noqa: F401
+except Exception:  # a torchcodec built for another torch fails with OSError or RuntimeError
+    torchcodec_loads = False
+
+
+@pytest.fixture
+def fresh_decoder() -> Iterator[None]:
+    """The decoder is chosen once per process: choose it again in this test, and after it."""
+    device_decode._decoder.cache_clear()
+    yield
+    device_decode._decoder.cache_clear()
+
+
+def hide_torchcodec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As on a machine without torchcodec (``None`` in sys.modules makes its import fail); undone after the test."""
+    for name in [n for n in sys.modules if n == "torchcodec" or n.startswith("torchcodec.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torchcodec", None)
+    device_decode._decoder.cache_clear()
+
+
+def jpeg_bytes(seed: int, quality: int) -> torch.Tensor:
+    image = (np.random.default_rng(seed).random((48, 64, 3)) * 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "JPEG", quality=quality)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+
+
+def encoded_clips(tmp_path: Path, frames: FrameFactory) -> list[EncodedClip]:
+    for i in range(2):
+        frames.smooth(f"v{i}", num_frames=12, width=160, height=120, seed=i)
+    (tmp_path / "m.txt").write_text("v0 0\nv1 1\n")
+    dataset = TrainVideoDataset(tmp_path / "m.txt", return_encoded=True)
+    return [dataset[ClipRequest(i % 2, 8, 56, (1.0, 1.5), (60, 75), seed=i)]["video"] for i in range(4)]
+
+
+def test_decodes_like_pillow(fresh_decoder: None) -> None:
+    data = [jpeg_bytes(seed, quality) for seed, quality in enumerate((75, 90, 95))]
+    for image, jpeg in zip(decode_jpegs(data, "cpu"), data):
+        expected = np.asarray(Image.open(io.BytesIO(jpeg.numpy().tobytes())).convert("RGB"))
+        assert image.dtype == torch.uint8 and image.shape == (3, 48, 64)
+        assert torch.equal(image, torch.from_numpy(expected.copy()).permute(2, 0, 1))
+
+
+@pytest.mark.skipif(not torchcodec_loads, reason="torchcodec is not installed or does not load with this torch")
+def test_torchcodec_is_used_when_it_loads(fresh_decoder: None) -> None:
+    assert jpeg_decoder() == "torchcodec"
+
+
+def test_torchvision_is_the_fallback_and_gives_the_same_clips(
+    tmp_path: Path, frames: FrameFactory, monkeypatch: pytest.MonkeyPatch, fresh_decoder: None
+) -> None:
+    clips = encoded_clips(tmp_path, frames)
+    default = decode_clips(clips, "cpu")  # torchcodec where it loads
+    hide_torchcodec(monkeypatch)
+    assert jpeg_decoder() == "torchvision"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # torchvision 0.29's deprecation is not the user's
+        fallback = decode_clips(clips, "cpu")
+    assert fallback.shape == (4, 3, 8, 56, 56)
+    assert torch.equal(fallback, default)
