@@ -20,7 +20,7 @@ from PIL import Image
 from lightning_multigrid.data.check import check_videos
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decode import VideoDecodeError
-from lightning_multigrid.data.device_decode import decode_clips
+from lightning_multigrid.data.device_decode import decode_batch, decode_clips
 from lightning_multigrid.data.frame_names import FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.frames import open_frame_folder
 from lightning_multigrid.data.manifest import VideoEntry, load_manifest
@@ -185,7 +185,22 @@ def _mixed(frames: FrameFactory) -> Path:
     return folder
 
 
+def damage_huffman_table(frame: Path) -> None:
+    """Make a JPEG whose header reads but whose Huffman table is bogus: only a full decode fails."""
+    data = bytearray(frame.read_bytes())
+    table = data.find(b"\xff\xc4")  # DHT marker; its 16 code-length counts follow class/id
+    data[table + 5 : table + 21] = b"\xff" * 16
+    frame.write_bytes(bytes(data))
+
+
+def _damaged(frames: FrameFactory) -> Path:
+    folder = frames.coded("bad", num_frames=12)
+    damage_huffman_table(folder / "img_00003.jpg")
+    return folder
+
+
 BAD_FOLDERS = {
+    "damaged_huffman_table": (_damaged, "img_00003.jpg"),
     "gap": (_gap, "frames 20-40 are missing"),
     "png_named_png": (_png_named_png, "frame 5 is missing"),
     "png_named_jpg": (_png_named_jpg, "img_00005.jpg is not a JPEG (PNG)"),
@@ -202,13 +217,24 @@ def test_bad_folders_are_refused_alike_by_workers_device_and_check_data(
     bad = build(frames)
     frames.coded("good", num_frames=60)
     (tmp_path / "m.txt").write_text("bad 1\ngood 0\n")
-    for encoded in (False, True):
-        sample = TrainVideoDataset(tmp_path / "m.txt", return_encoded=encoded)[every_frame(0, 12)]
-        assert sample["skipped"] == (str(bad),) and sample["index"] == 1
-        with pytest.raises(VideoDecodeError, match=re.escape(reason)):
-            TrainVideoDataset(tmp_path / "m.txt", strict=True, return_encoded=encoded)[every_frame(0, 12)]
+    sample = TrainVideoDataset(tmp_path / "m.txt")[every_frame(0, 12)]
+    assert sample["skipped"] == (str(bad),) and sample["index"] == 1
+    with pytest.raises(VideoDecodeError, match=re.escape(reason)):
+        TrainVideoDataset(tmp_path / "m.txt", strict=True)[every_frame(0, 12)]
+    assert device_mode(tmp_path / "m.txt", strict=False) == [str(bad)]
+    with pytest.raises(VideoDecodeError, match=re.escape(reason)):
+        device_mode(tmp_path / "m.txt", strict=True)
     report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
     assert [r.path for r in report.failures] == [str(bad)] and reason in str(report.failures[0].error)
+
+
+def device_mode(manifest: Path, strict: bool) -> list[str]:
+    """The videos skipped reading video 0 beside video 1 with ``frame_decode="device"``: by the
+    workers (header checks) or by the decode on the device (``device="cpu"``)."""
+    dataset = TrainVideoDataset(manifest, strict=strict, return_encoded=True)
+    batch = collate_clips([dataset[every_frame(0, 12)], dataset[every_frame(1, 12)]])
+    decoded = decode_batch(batch["video"], "cpu", strict=strict)
+    return [*batch["skipped"], *decoded.skipped]
 
 
 def test_allowed_gaps_read_the_frames_there_are(tmp_path: Path, frames: FrameFactory) -> None:
@@ -267,3 +293,36 @@ def test_unreadable_files_are_skips_with_their_reason(open_dir: Path, what: str)
         report = check_videos(load_manifest(open_dir / "m.txt"), workers=1, progress=False)
     assert [r.path for r in report.failures] == [str(bad)]
     assert "Permission denied" in str(report.failures[0].error) or "Errno 13" in str(report.failures[0].error)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_device_decode_failure_in_a_batch_is_replaced_counted_and_logged(
+    tmp_path: Path, frames: FrameFactory, split: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failure 7: with `frame_decode="device"` a JPEG damaged inside its data killed the run at that
+    batch (`RuntimeError: ... Bogus Huffman table`), naming no frame or folder; validation too."""
+    from types import SimpleNamespace
+
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+
+    bad = _damaged(frames)
+    frames.coded("good", num_frames=12)
+    (tmp_path / "m.txt").write_text("bad 1\ngood 0\n")
+    options = dict(train_manifest=str(tmp_path / "m.txt"), val_manifest=str(tmp_path / "m.txt"), batch_size=2,
+                   num_frames=12, crop_size=32, sampling_rate=1, num_workers=0, frame_decode="device")
+    datamodule = MultigridVideoDataModule(**options)  # type: ignore[arg-type]
+    datamodule.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)  # type: ignore[assignment]
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader() if split == "train" else datamodule.val_dataloader()
+    with caplog.at_level("WARNING", logger="lightning_multigrid.data"):
+        batch = datamodule.on_after_batch_transfer(next(iter(loader)), 0)
+    assert batch["video"].shape == (2, 3, 12, 32, 32)
+    assert batch["label"].tolist() == [0, 0] and batch["index"].tolist() == [1, 1]  # the good clip, twice
+    assert batch["skipped"] == [str(bad)] and datamodule.skipped_video_paths == (str(bad),)
+    assert f"Skipping video {bad}: frame {bad / 'img_00003.jpg'} cannot be decoded on cpu" in caplog.text
+    strict = MultigridVideoDataModule(**options, strict=True)  # type: ignore[arg-type]
+    strict.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)  # type: ignore[assignment]
+    strict.setup("fit")
+    loader = strict.train_dataloader() if split == "train" else strict.val_dataloader()
+    with pytest.raises(VideoDecodeError, match=re.escape(f"{bad}: frame {bad / 'img_00003.jpg'} cannot be decoded")):
+        strict.on_after_batch_transfer(next(iter(loader)), 0)

@@ -33,7 +33,7 @@ from typing_extensions import override
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.checks import check_drop_last, check_eval_labels
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.device_decode import EncodedBatch, decode_batch
 from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import ManifestKind, load_manifest
@@ -496,16 +496,17 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """Count skipped videos and turn ``batch["video"]`` into normalised float on the device.
 
         JPEG clips (``frame_decode="device"``) are first decoded on the device
-        (:meth:`decode_on_device`). uint8 video becomes ``(video / 255 - mean) / std`` in float32,
-        for a tensor ``(N, 3, T, H, W)`` or a ``[slow, fast]`` list, then the Trainer's input dtype
-        (``precision="bf16-true"``: bfloat16, ``"16-true"``: float16, ``"64-true"``: float64; mixed
-        precision keeps float32 for autocast); the ``"skipped"`` paths are added to
-        :attr:`skipped_video_paths` and left in the batch.
+        (:meth:`decode_on_device`, which replaces and reports clips that fail to decode). uint8
+        video becomes ``(video / 255 - mean) / std`` in float32, for a tensor ``(N, 3, T, H, W)``
+        or a ``[slow, fast]`` list, then the Trainer's input dtype (``precision="bf16-true"``:
+        bfloat16, ``"16-true"``: float16, ``"64-true"``: float64; mixed precision keeps float32
+        for autocast); the ``"skipped"`` paths are added to :attr:`skipped_video_paths` and left
+        in the batch.
         """
         if isinstance(batch, dict):
-            self._collect_skipped(batch.get("skipped"))
             if isinstance(batch.get("video"), EncodedBatch):
-                batch["video"] = self.decode_on_device(batch["video"], batch["label"].device)
+                self.decode_on_device(batch, batch["label"].device)
+            self._collect_skipped(batch.get("skipped"))
             if "video" in batch:
                 video = normalize_video(batch["video"], self.mean, self.std)
                 precision = getattr(self.trainer, "precision_plugin", None)
@@ -516,12 +517,25 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 batch["video"] = video
         return batch
 
-    def decode_on_device(self, encoded: EncodedBatch, device: torch.device) -> torch.Tensor | list[torch.Tensor]:
-        """Decode a batch of JPEG clips on ``device``: uint8 ``(N, 3, T, S, S)`` or ``[slow, fast]``."""
-        video = decode_clips(encoded, device)
+    def decode_on_device(self, batch: dict[str, Any], device: torch.device) -> None:
+        """Decode ``batch["video"]`` (JPEG clips) on ``device`` in place: uint8 ``(N, 3, T, S, S)`` or ``[slow, fast]``.
+
+        A clip that fails to decode is a skip, as in the workers: it is replaced by a good clip of
+        the batch, whose label, index (and view) replace its own, and its video is added to
+        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decode.VideoDecodeError`).
+        """
+        decoded = decode_batch(batch["video"], device, strict=self.strict)
+        video = decoded.video
+        if decoded.skipped:
+            sources = torch.tensor(decoded.sources)
+            for key in ("label", "index", "view"):
+                if isinstance(batch.get(key), torch.Tensor):
+                    batch[key] = batch[key][sources.to(batch[key].device)]
+            batch["skipped"] = [*batch.get("skipped", ()), *decoded.skipped]
         if self.slowfast_alpha is not None:
-            return [video[:, :, :: self.slowfast_alpha], video]  # as slowfast_pathways, batched
-        return video
+            batch["video"] = [video[:, :, :: self.slowfast_alpha], video]  # as slowfast_pathways, batched
+        else:
+            batch["video"] = video
 
     @override
     def state_dict(self) -> dict[str, Any]:

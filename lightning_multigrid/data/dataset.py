@@ -27,7 +27,6 @@ Configuration mistakes (missing or empty manifest, bad root) raise at constructi
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 from collections.abc import Sequence
@@ -51,29 +50,11 @@ from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read
 from lightning_multigrid.data.manifest import Manifest, ManifestKind, load_manifest
 from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
 from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.skips import report_skip
 
-__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "report_skip", "slowfast_pathways"]
-
-logger = logging.getLogger("lightning_multigrid.data")
+__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
 
 Sample = dict[str, Any]
-
-# Bad videos already logged by this process (each DataLoader worker logs its own once).
-_LOGGED: set[str] = set()
-
-
-def report_skip(name: str, reason: str) -> None:
-    """Log a skipped video once per process (worker and device decode alike)."""
-    if name in _LOGGED:
-        return
-    _LOGGED.add(name)
-    logger.warning(
-        "Skipping video %s: %s. It is replaced by another video's clip and reported in the batch's "
-        "'skipped' paths (logged once per process; `lightning-multigrid check-data` lists all bad files).",
-        name,
-        reason,
-    )
-
 
 def slowfast_pathways(video: torch.Tensor, alpha: int) -> list[torch.Tensor]:
     """SlowFast input ``[slow, fast]`` from a clip ``(C, T, H, W)``: slow is every ``alpha``-th frame.

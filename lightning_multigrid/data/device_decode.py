@@ -14,20 +14,29 @@ favour. Both give the same pixels (libjpeg-turbo on CPU; tested). :func:`jpeg_de
 
 The resize is antialiased bilinear on the full decoded frame, so a clip matches the worker-side
 path (PIL's DCT-scaled decode and box resize) within JPEG and resampling error.
+
+A frame damaged inside its compressed data passes the workers' header check and fails only here:
+:func:`decode_batch` then finds the failing clips, names video and frame, and replaces them with
+good clips of the same batch (counted and logged as the workers count and log a skip); with
+``strict`` it raises :class:`~lightning_multigrid.data.decode.VideoDecodeError`.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from lightning_multigrid.data.decode import VideoDecodeError
 from lightning_multigrid.data.frames import EncodedClip
+from lightning_multigrid.data.skips import report_skip
 
-__all__ = ["EncodedBatch", "decode_clips", "decode_jpegs", "jpeg_decoder"]
+__all__ = ["DeviceDecode", "EncodedBatch", "decode_batch", "decode_clips", "decode_jpegs", "jpeg_decoder"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +65,23 @@ class EncodedBatch:
         self.clips = state
 
 
+class DeviceDecode(NamedTuple):
+    """A batch decoded on the device, with the clips that could not be decoded replaced.
+
+    Attributes:
+        video: uint8 ``(N, 3, T, crop_size, crop_size)`` on the device.
+        sources: for each clip of the batch, the clip whose pixels it now holds: itself, or a good
+            clip of the same batch when its own failed (its label and index go with it).
+        skipped: the videos (:attr:`EncodedClip.video`) replaced, in batch order.
+    """
+
+    video: torch.Tensor
+    sources: tuple[int, ...]
+    skipped: tuple[str, ...]
+
+
 def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.device | str) -> torch.Tensor:
-    """Decode, resize, crop and flip a batch of clips on ``device``.
+    """Decode, resize, crop and flip a batch of clips on ``device``; a frame that fails raises.
 
     Args:
         batch: the clips; all share ``num_frames`` and ``crop_size`` (one grid per batch).
@@ -68,17 +92,69 @@ def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.devi
 
     Raises:
         ValueError: when the batch is empty or its clips differ in grid.
-        RuntimeError: when a frame cannot be decoded (the worker checked headers; damage inside
-            the data shows only here, where the clip can no longer be replaced: run
-            ``lightning-multigrid check-data`` on the dataset).
+        VideoDecodeError: naming the video and the frame that cannot be decoded (the worker
+            checked headers; damage inside the compressed data shows only here).
+            :func:`decode_batch` replaces such clips instead.
     """
+    return decode_batch(batch, device, strict=True).video
+
+
+def decode_batch(
+    batch: EncodedBatch | Sequence[EncodedClip], device: torch.device | str, strict: bool = False
+) -> DeviceDecode:
+    """Decode a batch on ``device`` in one call; when it fails, find, name and replace the bad clips.
+
+    A failed batched call is retried clip by clip to find the clips that fail (and in them, the
+    frame). Without ``strict`` each is replaced by a good clip of the same batch (the batch keeps
+    its size and grid), logged once per process as the workers log a skip, and returned in
+    ``skipped`` for counting. A batch whose every clip decodes alone re-raises the batched call's
+    error: that is no fault of the data.
+
+    Raises:
+        ValueError: when the batch is empty or its clips differ in grid.
+        VideoDecodeError: with ``strict``, naming the first bad clip's video and frame.
+        RuntimeError: when no clip of the batch decodes.
+    """
+    clips = _clips_of(batch)
+    device = torch.device(device)
+    try:
+        return DeviceDecode(_decode(clips, device), tuple(range(len(clips))), ())
+    except RuntimeError:
+        failures = {i: reason for i, clip in enumerate(clips) if (reason := _failure_of(clip, device))}
+        if not failures:
+            raise
+    first = min(failures)
+    if strict:
+        raise VideoDecodeError(clips[first].video, failures[first]) from None
+    good = [i for i in range(len(clips)) if i not in failures]
+    if not good:
+        raise RuntimeError(
+            f"No clip of a batch of {len(clips)} decodes on {device}, e.g. {clips[first].video}: {failures[first]}. "
+            "Run `lightning-multigrid check-data` on the dataset to list the bad frames."
+        )
+    for i, reason in failures.items():
+        report_skip(clips[i].video, reason)
+    # Replacements cycle over the good clips, in batch order: deterministic, and spread.
+    replacement = {i: good[k % len(good)] for k, i in enumerate(sorted(failures))}
+    sources = tuple(replacement.get(i, i) for i in range(len(clips)))
+    decoded = _decode([clips[i] for i in good], device)
+    position = {i: k for k, i in enumerate(good)}
+    video = decoded[[position[source] for source in sources]]
+    return DeviceDecode(video, sources, tuple(clips[i].video for i in sorted(failures)))
+
+
+def _clips_of(batch: EncodedBatch | Sequence[EncodedClip]) -> list[EncodedClip]:
     clips = batch.clips if isinstance(batch, EncodedBatch) else list(batch)
     if not clips:
         raise ValueError("`decode_clips` got an empty batch.")
     grids = {(len(c.order), c.params.crop_size) for c in clips}
     if len(grids) != 1:
         raise ValueError(f"Clips of one batch must share a grid (num_frames, crop_size), got {sorted(grids)}.")
-    device = torch.device(device)
+    return clips
+
+
+def _decode(clips: list[EncodedClip], device: torch.device) -> torch.Tensor:
+    """The clips decoded in one batched call and assembled: ``(N, 3, T, S, S)``."""
     data = [torch.frombuffer(jpeg, dtype=torch.uint8) for clip in clips for jpeg in clip.jpegs]
     images = decode_jpegs(data, device)
     out = []
@@ -88,6 +164,29 @@ def decode_clips(batch: EncodedBatch | Sequence[EncodedClip], device: torch.devi
         start += len(clip.jpegs)
         out.append(_resize_crop_flip(frames, clip)[list(clip.order)].transpose(0, 1))  # (3, T, S, S)
     return torch.stack(out)
+
+
+def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
+    """Why ``clip`` does not decode (naming its frame), or ``None`` when it does."""
+    try:
+        _decode([clip], device)
+        return None
+    except RuntimeError as error:
+        clip_error = error
+    for k, jpeg in enumerate(clip.jpegs):
+        try:
+            decode_jpegs([torch.frombuffer(jpeg, dtype=torch.uint8)], device)
+        except RuntimeError as error:
+            frame = clip.frame_paths[k] if k < len(clip.frame_paths) else f"#{k} of the clip"
+            return f"frame {frame} cannot be decoded on {device} ({_decoder_message(error)})"
+    return f"the clip cannot be decoded on {device} ({_decoder_message(clip_error)})"
+
+
+def _decoder_message(error: BaseException) -> str:
+    """The decoder's own words, without the C++ source location it prefixes them with."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    match = re.search(r"\.(?:cpp|cu|h):\d+,\s*(.+)$", text)
+    return f"{type(error).__name__}: {match.group(1) if match else text}"
 
 
 def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
