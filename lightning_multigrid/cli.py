@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -53,6 +54,8 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_schedule(args: argparse.Namespace) -> None:
     from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
 
+    if args.plot:
+        _check_output_file("--plot", args.plot, figure=True)
     config = MultigridConfig(
         base=GridShape(args.batch_size, args.num_frames, args.crop_size),
         sampling_rate=args.sampling_rate,
@@ -91,6 +94,16 @@ def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
     parser.add_argument("--class-names", help="class-names file, for labels written as names")
+    _add_manifest_kind_argument(parser)
+    parser.add_argument(
+        "--filename-tmpl", metavar="TEMPLATE",
+        help="frame datasets: the frames' file names, e.g. 'img_{:05d}.jpg' (mmaction2), '{video}_{:06d}.jpg' "
+        "(PySlowFast), '{video}-{:06d}.jpg' (Charades); default: detected per folder. Other files are not frames",
+    )
+    parser.add_argument(
+        "--allow-frame-gaps", action="store_true",
+        help="frame datasets: accept folders whose frame numbers skip (default: such a folder fails)",
+    )
     parser.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPU count)")
     parser.add_argument(
         "--write-metadata", metavar="FILE",
@@ -99,12 +112,24 @@ def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _add_manifest_kind_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--manifest-kind", choices=("auto", "video", "frames"), default="auto",
+        help="whether the manifest lists video files or frame folders (default: told from its content)",
+    )
+
+
 def _run_check_data(args: argparse.Namespace) -> None:
     from lightning_multigrid.data.check import check_videos, format_report
+    from lightning_multigrid.data.frame_names import FrameLayout
     from lightning_multigrid.data.manifest import load_manifest
 
-    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names)
-    report = check_videos(manifest, workers=args.workers, progress=not args.no_progress)
+    layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
+    _check_workers(args.workers)
+    if args.write_metadata:
+        _check_output_file("--write-metadata", args.write_metadata)
+    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
+    report = check_videos(manifest, workers=args.workers, progress=not args.no_progress, layout=layout)
     print(format_report(report))
     if args.write_metadata:
         report.metadata_cache().save(args.write_metadata)
@@ -122,15 +147,22 @@ def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fps", type=float, default=None, help="resample to this frame rate (default: every frame)")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 (90)")
     parser.add_argument("--manifest-name", help="file name of the new manifest (default: the input's stem + .txt)")
+    _add_manifest_kind_argument(parser)
     parser.add_argument("--workers", type=int, default=None, help="extracting processes (default: CPU count)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _run_extract_frames(args: argparse.Namespace) -> None:
-    from lightning_multigrid.data.extract import extract_frames
-    from lightning_multigrid.data.manifest import load_manifest
+    from pathlib import Path
 
-    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names)
+    from lightning_multigrid.data.extract import extract_frames
+    from lightning_multigrid.data.manifest import load_manifest, read_folder_manifest
+
+    if Path(args.manifest).is_dir() and args.root is None and args.class_names is None:
+        # The output folder may sit inside the input: it is not a class (on this run or the next).
+        manifest = read_folder_manifest(args.manifest, exclude=[args.output_dir])
+    else:
+        manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = extract_frames(
         manifest,
         args.output_dir,
@@ -143,9 +175,10 @@ def _run_extract_frames(args: argparse.Namespace) -> None:
     )
     for failure in report.failures:
         print(f"FAILED {failure.path}: {failure.error}")
+    redone = f" ({report.redone} redone: extracted before with other settings)" if report.redone else ""
     print(
-        f"{report.extracted} videos extracted, {report.already_done} already done, {len(report.failures)} failed; "
-        f"wrote {report.manifest}"
+        f"{report.extracted} videos extracted{redone}, {report.already_done} already done, "
+        f"{len(report.failures)} failed; wrote {report.manifest}"
     )
     if report.failures:
         raise SystemExit(1)
@@ -204,10 +237,37 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_compare(args: argparse.Namespace) -> None:
     from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
 
+    _check_output_file("--plot", args.plot, figure=True)
     comparison = run_compare(args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches)
     print("\n" + format_comparison(comparison))
     plot_curves(comparison, args.plot)
     print(f"wrote {args.plot}", file=sys.stderr)
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def _check_workers(workers: int | None) -> None:
+    if workers is not None and workers < 0:
+        raise ValueError(f"`--workers` must be >= 0, got {workers!r}.")
+
+
+def _check_output_file(option: str, path: str, figure: bool = False) -> None:
+    """Refuse, before any work, an output file that could not be written at the end."""
+    from pathlib import Path
+
+    file = Path(path)
+    if figure and file.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(
+            f"`{option}` {path}: cannot write a figure as {file.suffix or 'a file without extension'!r}; "
+            f"name it with one of {', '.join(FIGURE_SUFFIXES)}."
+        )
+    if file.is_dir():
+        raise ValueError(f"`{option}` {path} is a folder: pass a file name.")
+    if not file.parent.is_dir():
+        raise ValueError(f"`{option}` {path}: its folder {file.parent} does not exist; create it or pass another path.")
+    if not os.access(file.parent, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise ValueError(f"`{option}` {path} cannot be written (permission denied); pass another path.")
 
 
 # name -> (help, add arguments, run)

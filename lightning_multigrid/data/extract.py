@@ -4,9 +4,16 @@ Each video becomes a folder of JPEG frames ``img_00001.jpg, img_00002.jpg, ...``
 rawframes naming), at the same relative place under the output directory as the video under the
 manifest's directory, without its extension. Videos are decoded with PyAV in parallel
 processes, optionally resized (short side) and resampled in time (fps). A folder is finished when
-its ``.done`` file (holding the frame count) exists: an interrupted run picks up where it stopped,
-redoing only unfinished folders. Videos that cannot be decoded are reported as ``check-data``
-reports them, and left out of the written manifest (``folder label num_frames`` lines).
+its ``.done`` file exists; it records the frame count and the settings (short side, fps, quality):
+an interrupted run picks up where it stopped, redoing only unfinished folders and folders
+extracted with other settings, so one manifest never mixes sizes or frame rates. Videos that
+cannot be decoded are reported as ``check-data`` reports them, and left out of the written
+manifest (``folder label num_frames`` lines; a folder with spaces in double quotes).
+
+Safe to re-run: everything that would fail at the end (the manifest's path, a folder name no
+manifest line can hold) is refused before the first video is decoded; the output never becomes
+part of the input (a folder-per-class input skips the output folder) and never overwrites it;
+an interrupted run (Ctrl-C, ``SIGTERM``) leaves no worker process behind.
 
 Example::
 
@@ -16,20 +23,22 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
 
+from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.check import VideoCheck
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, _describe
-from lightning_multigrid.data.frame_manifest import write_frame_manifest
+from lightning_multigrid.data.frame_manifest import manifest_field, write_frame_manifest
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
+from lightning_multigrid.data.processes import imap_in_processes
 
 __all__ = ["DONE_FILE", "ExtractReport", "extract_frames", "extract_video"]
 
@@ -52,15 +61,26 @@ class ExtractReport:
     extracted: int
     already_done: int
     failures: tuple[VideoCheck, ...]
+    redone: int = 0  # of ``extracted``: folders an earlier run extracted with other settings
+
+
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What decides a folder's frames; recorded in its ``.done`` file."""
+
+    short_side: int | None
+    fps: float | None
+    quality: int
+
+    def record(self, num_frames: int) -> str:
+        return json.dumps({"num_frames": num_frames, **asdict(self)})
 
 
 @dataclass(frozen=True, slots=True)
 class _Job:
     video: str
     folder: str
-    short_side: int | None
-    fps: float | None
-    quality: int
+    settings: _Settings
 
 
 def extract_video(
@@ -108,8 +128,8 @@ def extract_video(
         raise VideoDecodeError(video, f"decoding failed after {written} frames ({_describe(error)})") from None
     if written == 0:
         raise VideoDecodeError(video, "no frame could be decoded")
-    # Written last: its presence means the folder is complete.
-    (out / DONE_FILE).write_text(str(written), encoding="utf-8")
+    # Written last: its presence means the folder is complete (with these settings).
+    (out / DONE_FILE).write_text(_Settings(short_side, fps, quality).record(written), encoding="utf-8")
     return written
 
 
@@ -137,35 +157,83 @@ def extract_frames(
         progress: show a tqdm progress bar.
 
     Raises:
-        ValueError: on out-of-range options, a frame manifest as input, or two videos that
-            would share a folder.
+        ValueError: before any video is decoded: on out-of-range options, a frame manifest as
+            input, two videos that would share a folder, a folder name no manifest line can
+            hold, or an output that would overwrite the input manifest or lie inside the input.
     """
     _check_options(manifest, short_side, fps, quality, workers)
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / (manifest_name or f"{Path(manifest.source).stem or 'frames'}.txt")
+    _check_output(manifest, out, manifest_path, manifest_name)
     folders = _folders_for(manifest, out)
+    for folder in folders:
+        manifest_field(Path(os.path.relpath(folder, out)).as_posix())  # refused now, not after extracting
+    out.mkdir(parents=True, exist_ok=True)
+    settings = _Settings(short_side, fps, quality)
     done: dict[str, int] = {}
     jobs = []
+    redone = 0
     for entry, folder in zip(manifest.entries, folders):
-        count = _finished_count(folder)
-        if count is not None:
+        count, same = _finished(folder, settings)
+        if count is not None and same:
             done[entry.path] = count
         else:
-            jobs.append(_Job(entry.path, folder, short_side, fps, quality))
+            redone += count is not None
+            jobs.append(_Job(entry.path, folder, settings))
     already_done = len(done)
     failures: list[VideoCheck] = []
     _run_jobs(jobs, workers, progress, done, failures)
-    name = manifest_name or f"{Path(manifest.source).stem or 'frames'}.txt"
     entries = [
         VideoEntry(folder, entry.labels, done[entry.path])
         for entry, folder in zip(manifest.entries, folders)
         if entry.path in done
     ]
-    manifest_path = out / name
     write_frame_manifest(manifest_path, entries, root=out)
     if manifest.class_names is not None:
-        (out / "classnames.txt").write_text("".join(f"{n}\n" for n in manifest.class_names), encoding="utf-8")
-    return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures))
+        _write_class_names(out / "classnames.txt", manifest.class_names)
+    return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures), redone)
+
+
+def _check_output(manifest: Manifest, out: Path, manifest_path: Path, manifest_name: str | None) -> None:
+    """Refuse an output that would overwrite the input or become part of it (before any work)."""
+    if manifest_name is not None and (Path(manifest_name).name != manifest_name or manifest_name in ("", ".", "..")):
+        raise ValueError(f"`manifest_name` must be a file name without folders, got {manifest_name!r}.")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"`output_dir` {out} is a file: pass a folder (it is created if missing).")
+    if manifest_path.is_dir():
+        raise ValueError(f"The frame manifest {manifest_path} would replace a folder: pass another `manifest_name`.")
+    source = Path(manifest.source)
+    if source.is_file() and manifest_path.resolve() == source.resolve():
+        raise ValueError(
+            f"The frame manifest {manifest_path} would overwrite the input manifest {source}: pass another "
+            "`output_dir` or `manifest_name` (--manifest-name)."
+        )
+    resolved = out.resolve()
+    inside = [e.path for e in manifest.entries if _is_within(Path(e.path).resolve(), resolved)]
+    if inside:
+        raise ValueError(
+            f"`output_dir` {out} holds input video {inside[0]}: the output would become part of the input; "
+            "pass an `output_dir` outside the videos' folders."
+        )
+    if source.is_dir() and manifest.class_names is not None and _is_within(resolved, source.resolve()):
+        top = resolved.relative_to(source.resolve()).parts[:1]
+        if top and top[0] in manifest.class_names:
+            raise ValueError(
+                f"`output_dir` {out} is read as class {top[0]!r} of the folder-per-class input {source}: read the "
+                "input with `read_folder_manifest(root, exclude=[output_dir])` (the CLI does), or pass an "
+                "`output_dir` outside it."
+            )
+
+
+def _is_within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _write_class_names(path: Path, names: tuple[str, ...]) -> None:
+    text = "".join(f"{n}\n" for n in names)
+    if path.is_file() and path.read_text(encoding="utf-8-sig") == text:
+        return  # unchanged (possibly the input's own class-names file): leave it be
+    path.write_text(text, encoding="utf-8")
 
 
 def _check_options(
@@ -173,14 +241,14 @@ def _check_options(
 ) -> None:
     if manifest.format != "video":
         raise ValueError(f"{manifest.source} is already a frame dataset: `extract-frames` reads video manifests.")
-    if short_side is not None and short_side < 1:
-        raise ValueError(f"`short_side` must be >= 1, got {short_side!r}.")
-    if fps is not None and not fps > 0:
+    if short_side is not None:
+        check_int("short_side", short_side, 1)
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps < math.inf):
         raise ValueError(f"`fps` must be > 0, got {fps!r}.")
-    if not 1 <= quality <= 100:
-        raise ValueError(f"`quality` must be in [1, 100], got {quality!r}.")
-    if workers is not None and workers < 0:
-        raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ValueError(f"`quality` must be an integer in [1, 100], got {quality!r}.")
+    if workers is not None:
+        check_int("workers", workers, 0)
 
 
 def _run_jobs(
@@ -191,22 +259,17 @@ def _run_jobs(
 
     processes = min((os.cpu_count() or 1) if workers is None else workers, len(jobs))
     bar = tqdm(total=len(jobs), unit="video", desc="extract-frames", disable=not progress, file=sys.stderr)
+    results = map(_run_job, jobs) if processes <= 1 else imap_in_processes(_run_job, jobs, processes)
     with bar:
-        if processes <= 1:
-            results = map(_run_job, jobs)
-            for job, (count, error) in zip(jobs, results):
-                _record(job, count, error, done, failures)
-                bar.update()
-        else:
-            with ProcessPoolExecutor(processes) as pool:
-                for job, (count, error) in zip(jobs, pool.map(_run_job, jobs, chunksize=1)):
-                    _record(job, count, error, done, failures)
-                    bar.update()
+        for job, (count, error) in zip(jobs, results):
+            _record(job, count, error, done, failures)
+            bar.update()
 
 
 def _run_job(job: _Job) -> tuple[int, str | None]:
     try:
-        return extract_video(job.video, job.folder, job.short_side, job.fps, job.quality), None
+        settings = job.settings
+        return extract_video(job.video, job.folder, settings.short_side, settings.fps, settings.quality), None
     except VideoDecodeError as error:
         return 0, error.reason
 
@@ -218,12 +281,18 @@ def _record(job: _Job, count: int, error: str | None, done: dict[str, int], fail
         failures.append(VideoCheck(job.video, None, error))
 
 
-def _finished_count(folder: str) -> int | None:
-    marker = Path(folder) / DONE_FILE
+def _finished(folder: str, settings: _Settings) -> tuple[int | None, bool]:
+    """``(frame count, extracted with settings)`` of a finished folder; ``(None, False)`` if unfinished."""
     try:
-        return int(marker.read_text(encoding="utf-8").strip())
+        record = json.loads((Path(folder) / DONE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return None, False
+    if isinstance(record, int):  # an earlier version recorded the count alone: settings unknown
+        return record, False
+    if not isinstance(record, dict) or not isinstance(record.get("num_frames"), int):
+        return None, False
+    recorded = {k: record.get(k) for k in ("short_side", "fps", "quality")}
+    return record["num_frames"], recorded == asdict(settings)
 
 
 def _folders_for(manifest: Manifest, out: Path) -> list[str]:

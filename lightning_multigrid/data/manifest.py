@@ -238,12 +238,16 @@ def read_manifest(
 def read_folder_manifest(
     root: str | os.PathLike[str],
     extensions: Iterable[str] = VIDEO_EXTENSIONS,
+    exclude: Iterable[str | os.PathLike[str]] = (),
 ) -> Manifest:
     """List a folder-per-class dataset: ``root/<class>/<video>``, classes in sorted order.
 
     Args:
         root: the directory holding one sub-directory per class.
         extensions: file name endings of videos (case-insensitive); other files are ignored.
+        exclude: folders that are not classes, such as an output folder placed inside ``root``
+            (``extract-frames`` passes its own): a sub-directory that is one, or that holds one
+            and no video, is left out.
 
     Raises:
         FileNotFoundError: when ``root`` is not a directory.
@@ -251,7 +255,12 @@ def read_folder_manifest(
     """
     base = _check_root(root, default=None)
     suffixes = tuple(e.lower() for e in extensions)
-    classes = sorted(d.name for d in base.iterdir() if d.is_dir() and not d.name.startswith("."))
+    excluded = [Path(p).resolve() for p in exclude]
+    classes = sorted(
+        d.name
+        for d in base.iterdir()
+        if d.is_dir() and not d.name.startswith(".") and not _is_excluded(d, excluded, suffixes)
+    )
     if not classes:
         raise ManifestError(f"{base}: no class folders; expected `{base}/<class>/<video>`.")
     entries = [
@@ -269,6 +278,14 @@ def read_folder_manifest(
 
 
 ManifestKind = Literal["auto", "video", "frames"]
+
+
+def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) -> bool:
+    resolved = folder.resolve()
+    if resolved in excluded:
+        return True
+    holds_excluded = any(resolved in path.parents for path in excluded)
+    return holds_excluded and not any(f.is_file() and f.name.lower().endswith(suffixes) for f in folder.iterdir())
 
 
 def load_manifest(

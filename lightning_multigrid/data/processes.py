@@ -1,0 +1,60 @@
+"""Worker processes that never outlive an interrupted command (``extract-frames``, ``check-data``).
+
+``concurrent.futures.ProcessPoolExecutor`` leaves its workers running when the main process is
+killed by ``SIGTERM`` (the default handler exits without any clean-up): they go on writing, then
+hang on a queue no one reads. Here the main process turns ``SIGTERM`` into ``SystemExit`` for the
+duration of the run and the pool is terminated on any way out; workers ignore ``SIGINT`` (a
+Ctrl-C reaches the whole process group) and leave the stopping to the main process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
+from typing import TypeVar
+
+__all__ = ["imap_in_processes"]
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def imap_in_processes(
+    function: Callable[[Item], Result], items: Iterable[Item], processes: int, chunksize: int = 1
+) -> Iterator[Result]:
+    """``function(item)`` for each item, in order, computed by ``processes`` worker processes.
+
+    The workers are terminated when the iteration ends, fails, is abandoned, or the main process
+    receives ``SIGINT`` or ``SIGTERM`` (which then raise ``KeyboardInterrupt`` / ``SystemExit``).
+    """
+    restore = _exit_on_sigterm()
+    try:
+        with multiprocessing.get_context().Pool(processes, initializer=_ignore_sigint) as pool:
+            # Pool.__exit__ calls terminate(): no worker survives the block, however it is left.
+            yield from pool.imap(function, items, chunksize)
+    finally:
+        restore()
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _exit_on_sigterm() -> Callable[[], None]:
+    """Make ``SIGTERM`` raise ``SystemExit`` in the main thread; returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
