@@ -97,3 +97,108 @@ def test_cli_extract_frames_then_check_data(videos: VideoFactory, tmp_path: Path
     assert f"FAILED {tmp_path / 'b.mp4'}" in out and "1 videos extracted, 0 already done, 1 failed" in out
     main(["check-data", str(tmp_path / "out" / "m.txt"), "--workers", "1", "--no-progress"])
     assert "1 of 1 frame folders decode" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- safe to re-run
+
+
+def folder_per_class(videos: VideoFactory, tmp_path: Path, classes: tuple[str, ...] = ("abseiling", "air drumming")) -> Path:
+    root = tmp_path / "videos"
+    for k, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        videos.coded(f"videos/{name}/v{k}.mp4", num_frames=6)
+    return root
+
+
+def test_output_inside_a_folder_per_class_input_is_not_a_class_on_rerun(
+    videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Failure 3: the output folder was listed as a class on the documented resume; labels moved up by one."""
+    root = folder_per_class(videos, tmp_path)
+    out = root / "frames"
+    for _ in range(2):
+        main(["extract-frames", str(root), str(out), "--workers", "1", "--no-progress"])
+        assert (out / "classnames.txt").read_text() == "abseiling\nair drumming\n"
+        assert (out / "videos.txt").read_text() == 'abseiling/v0 0 6\n"air drumming/v1" 1 6\n'
+    assert "0 videos extracted, 2 already done" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="is read as class 'frames' of the folder-per-class input"):
+        extract_frames(load_manifest(root), out, workers=1, progress=False)
+
+
+def test_class_names_with_spaces_round_trip(videos: VideoFactory, tmp_path: Path) -> None:
+    """Failure 12: `air drumming/` was extracted, then writing the manifest failed, on every re-run."""
+    root = folder_per_class(videos, tmp_path)
+    report = extract_frames(load_manifest(root), tmp_path / "out", workers=1, progress=False)
+    frames = load_manifest(report.manifest, class_names=tmp_path / "out" / "classnames.txt")
+    assert [(Path(e.path).parent.name, e.labels, e.num_frames) for e in frames.entries] == [
+        ("abseiling", (0,), 6), ("air drumming", (1,), 6)
+    ]
+    assert frames.class_names == ("abseiling", "air drumming")
+    assert all(open_frame_folder(e).num_frames == 6 for e in frames.entries)
+
+
+def test_a_folder_extracted_with_other_settings_is_redone(videos: VideoFactory, tmp_path: Path) -> None:
+    """Failure 5: earlier folders counted as done, so one manifest mixed sizes and frame rates."""
+    for name in ("a", "b"):
+        videos.coded(f"{name}.mp4", num_frames=12, fps=12)
+    (tmp_path / "m.csv").write_text("a.mp4 0\nb.mp4 1\n")
+    manifest = load_manifest(tmp_path / "m.csv")
+    out = tmp_path / "out"
+    extract_frames(manifest, out, short_side=24, workers=1, progress=False)
+    (out / "b" / DONE_FILE).unlink()  # b was interrupted
+    again = extract_frames(manifest, out, short_side=32, fps=6, workers=1, progress=False)
+    assert (again.extracted, again.redone, again.already_done) == (2, 1, 0)
+    sizes = {(f.width, f.height, f.num_frames) for f in (open_frame_folder(e) for e in load_manifest(again.manifest).entries)}
+    assert sizes == {(43, 32, 6)}
+    same = extract_frames(manifest, out, short_side=32, fps=6, workers=1, progress=False)
+    assert (same.extracted, same.already_done) == (0, 2)
+
+
+def test_never_writes_over_its_input_and_refuses_before_work(videos: VideoFactory, tmp_path: Path) -> None:
+    """Failure 11: extracting into the input manifest's own folder overwrote the input manifest."""
+    videos.coded("a.mp4", num_frames=6)
+    (tmp_path / "train.txt").write_text("a.mp4 0\n")
+    manifest = load_manifest(tmp_path / "train.txt")
+    with pytest.raises(ValueError, match=r"overwrite the input manifest .*train.txt: pass another `output_dir` or `manifest_name`"):
+        extract_frames(manifest, tmp_path, workers=1, progress=False)
+    assert (tmp_path / "train.txt").read_text() == "a.mp4 0\n" and not (tmp_path / "a").exists()
+    report = extract_frames(manifest, tmp_path, manifest_name="train_frames.txt", workers=1, progress=False)
+    assert report.manifest.read_text() == "a 0 6\n"
+    with pytest.raises(ValueError, match="`manifest_name` must be a file name"):
+        extract_frames(manifest, tmp_path / "o", manifest_name="sub/x.txt", workers=1, progress=False)
+    for kwargs, match in (({"quality": 90.5}, "`quality`"), ({"short_side": 24.0}, "`short_side`"), ({"workers": -1}, "`workers`")):
+        with pytest.raises(ValueError, match=match):
+            extract_frames(manifest, tmp_path / "o", progress=False, **kwargs)  # type: ignore[arg-type]
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_interrupted_run_leaves_no_worker_process(videos: VideoFactory, tmp_path: Path) -> None:
+    """Failure 14: killing extract-frames left its pool workers running (writing, then hanging)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    for i in range(6):
+        videos.coded(f"v{i}.mp4", num_frames=200)
+    (tmp_path / "m.csv").write_text("".join(f"v{i}.mp4 {i % 2}\n" for i in range(6)))
+    command = [sys.executable, "-m", "lightning_multigrid.cli", "extract-frames", str(tmp_path / "m.csv"),
+               str(tmp_path / "out"), "--workers", "2", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "out").glob("v*/img_00001.jpg")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    time.sleep(0.5)
+    try:
+        os.killpg(proc.pid, 0)  # anything left of the run's process group?
+        left = True
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        left = False
+    assert not left, "worker processes outlived the interrupted run"
+    assert proc.returncode != 0
+    assert len(list((tmp_path / "out").glob(f"v*/{DONE_FILE}"))) < 6

@@ -164,8 +164,8 @@ def extract_frames(
     _check_options(manifest, short_side, fps, quality, workers)
     out = Path(output_dir)
     manifest_path = out / (manifest_name or f"{Path(manifest.source).stem or 'frames'}.txt")
-    _check_output(manifest, out, manifest_path, manifest_name)
     folders = _folders_for(manifest, out)
+    _check_output(manifest, out, manifest_path, manifest_name, folders)
     for folder in folders:
         manifest_field(Path(os.path.relpath(folder, out)).as_posix())  # refused now, not after extracting
     out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +194,9 @@ def extract_frames(
     return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures), redone)
 
 
-def _check_output(manifest: Manifest, out: Path, manifest_path: Path, manifest_name: str | None) -> None:
+def _check_output(
+    manifest: Manifest, out: Path, manifest_path: Path, manifest_name: str | None, folders: list[str]
+) -> None:
     """Refuse an output that would overwrite the input or become part of it (before any work)."""
     if manifest_name is not None and (Path(manifest_name).name != manifest_name or manifest_name in ("", ".", "..")):
         raise ValueError(f"`manifest_name` must be a file name without folders, got {manifest_name!r}.")
@@ -209,12 +211,12 @@ def _check_output(manifest: Manifest, out: Path, manifest_path: Path, manifest_n
             "`output_dir` or `manifest_name` (--manifest-name)."
         )
     resolved = out.resolve()
-    inside = [e.path for e in manifest.entries if _is_within(Path(e.path).resolve(), resolved)]
-    if inside:
-        raise ValueError(
-            f"`output_dir` {out} holds input video {inside[0]}: the output would become part of the input; "
-            "pass an `output_dir` outside the videos' folders."
-        )
+    for entry, folder in zip(manifest.entries, folders):
+        if _is_within(Path(entry.path).resolve(), Path(folder).resolve()):
+            raise ValueError(
+                f"The frame folder {folder} of input video {entry.path} would hold (or be) the video: the output "
+                "would become part of the input; pass another `output_dir`."
+            )
     if source.is_dir() and manifest.class_names is not None and _is_within(resolved, source.resolve()):
         top = resolved.relative_to(source.resolve()).parts[:1]
         if top and top[0] in manifest.class_names:
