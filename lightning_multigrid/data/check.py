@@ -18,7 +18,6 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.frames import check_frame_folder
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
 from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
+from lightning_multigrid.data.processes import imap_in_processes
 
 __all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
 
@@ -140,11 +140,10 @@ def check_videos(
                 results.append(check(item))
                 bar.update()
         else:
-            with ProcessPoolExecutor(processes) as pool:
-                chunk = max(1, min(16, len(items) // (8 * processes)))
-                for result in pool.map(check, items, chunksize=chunk):
-                    results.append(result)
-                    bar.update()
+            chunk = max(1, min(16, len(items) // (8 * processes)))
+            for result in imap_in_processes(check, items, processes, chunk):
+                results.append(result)
+                bar.update()
     return CheckReport(tuple(results))
 
 
