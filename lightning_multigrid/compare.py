@@ -107,7 +107,9 @@ def run_compare(
 
     Raises:
         FileNotFoundError: when ``config`` does not exist.
-        ValueError: on out-of-range ``max_epochs`` or ``limit_train_batches``.
+        ValueError: on out-of-range ``max_epochs`` or ``limit_train_batches``, or settings on
+            which the multigrid run would fail at its start (milestones beyond ``max_epochs``, an
+            epoch that ``limit_train_batches`` leaves without a batch): before anything trains.
     """
     if not Path(config).is_file():
         raise FileNotFoundError(f"`--config` {config} does not exist: pass a `lightning-multigrid fit` YAML file.")
@@ -123,11 +125,26 @@ def run_compare(
         overrides += ["--trainer.max_epochs", str(max_epochs)]
     if limit_train_batches is not None:
         overrides += ["--trainer.limit_train_batches", str(limit_train_batches)]
+    _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true"])
     runs = [
         _run_one(name, ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled])
         for name, enabled in (("baseline", "false"), ("multigrid", "true"))
     ]
     return Comparison(runs[0], runs[1])
+
+
+def _check_multigrid_starts(args: list[str]) -> None:
+    """Refuse, before the baseline trains, settings on which the multigrid run would fail at its start."""
+    from lightning_multigrid.trainer_cli import check_fit_starts
+
+    try:
+        check_fit_starts(args)
+    except ValueError as error:
+        raise ValueError(
+            f"the multigrid run would fail at its start, so nothing was trained: {error} "
+            "(check `--max-epochs` against the config's LR milestones, and `--limit-train-batches` against "
+            "the multigrid epochs' batches)"
+        ) from None
 
 
 def _run_one(name: str, args: list[str]) -> RunResult:

@@ -8,17 +8,19 @@ the baseline with the same config, for comparison.
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from collections.abc import Sequence
 
+import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
 
-__all__ = ["MultigridCLI", "run"]
+__all__ = ["MultigridCLI", "check_fit_starts", "run"]
 
 
 class MultigridCLI(LightningCLI):
@@ -46,6 +48,44 @@ class MultigridCLI(LightningCLI):
             f"\n{mode} training finished: {trainer.current_epoch} epochs, {trainer.global_step} optimizer steps, "
             f"{elapsed:.0f} s wall-clock; {shown}{chance}"
         )
+
+
+class _StopBeforeTraining(Exception):
+    """Raised by :class:`_StopAtTrainStart` once everything before the first step has run."""
+
+
+class _StopAtTrainStart(pl.Callback):
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        raise _StopBeforeTraining
+
+
+def check_fit_starts(args: Sequence[str]) -> None:
+    """Go through everything ``fit`` does before its first step, for the run ``args`` describe, and stop.
+
+    That is the callbacks' ``setup`` and ``on_fit_start`` (the multigrid schedule is built and
+    checked there), ``configure_optimizers`` and the first training loader (Lightning's
+    ``limit_train_batches`` check): what would fail at the start of a run fails here, before an
+    earlier run spends its time.
+
+    Raises:
+        ValueError: with what the run would have failed with.
+    """
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+
+    cli = MultigridCLI(
+        VideoClassifier, MultigridVideoDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        args=list(args), run=False, save_config_callback=None,
+    )
+    cli.trainer.callbacks.append(_StopAtTrainStart())
+    logging.disable(logging.INFO)  # the real run prints the schedule and the Trainer's notes
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    except _StopBeforeTraining:
+        return
+    except MisconfigurationException as error:
+        raise ValueError(str(error)) from None
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def run(args: Sequence[str] | None = None) -> None:

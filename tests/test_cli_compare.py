@@ -69,3 +69,34 @@ def test_compare_missing_config_is_a_one_line_error(tmp_path):
     assert result.returncode == 2
     assert "`--config`" in result.stderr and "does not exist" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (["--max-epochs", "1"], "`milestones` must be < `max_epochs`=1, got [2]"),
+        (["--max-epochs", "3", "--limit-train-batches", "0.2"], "0.2 * 1 < 1. Please increase the `limit_train_batches`"),
+    ],
+    ids=["milestones_beyond_max_epochs", "multigrid_epoch_without_a_batch"],
+)
+def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
+    """Failure 13: the whole baseline trained, then the multigrid run failed."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    result = run_compare("--config", str(config), *options, "--plot", str(tmp_path / "curves.png"))
+    assert result.returncode == 2, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("lightning-multigrid compare: error: the multigrid run would fail at its start, so nothing")
+    assert match in error
+    assert "max_epochs=" not in result.stdout + result.stderr.replace(error, "")  # no run reached its end
+    assert not (tmp_path / "curves.png").exists()
+
+
+def test_compare_refuses_an_unwritable_plot_first(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    for plot, match in ((tmp_path / "no" / "c.png", "does not exist"), (tmp_path / "c.txt", "cannot write a figure")):
+        result = run_compare("--config", str(config), "--plot", str(plot))
+        assert result.returncode == 2 and "`--plot`" in result.stderr and match in result.stderr
+    assert not (tmp_path / "synthetic").exists()  # refused before the data was even generated
