@@ -141,6 +141,13 @@ class MultigridCallback(Callback):
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
+        for name, flag in (
+            ("enabled", enabled), ("long_cycle", long_cycle), ("short_cycle", short_cycle),
+            ("convert_batchnorm", convert_batchnorm), ("manage_lr", manage_lr), ("preflight", preflight),
+            ("scale_bn_base_size", scale_bn_base_size),
+        ):
+            if not isinstance(flag, bool):
+                raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
         self.enabled = enabled
         self.long_cycle = long_cycle
         self.short_cycle = short_cycle
@@ -343,7 +350,8 @@ class MultigridCallback(Callback):
     def _summary(self, datamodule: Any) -> str:
         assert self.schedule is not None
         size = getattr(datamodule, "train_dataset_size", None)
-        return "Multigrid schedule\n" + format_table(self.schedule, size if isinstance(size, int) and size > 0 else None)
+        dataset_size = size if isinstance(size, int) and size > 0 else None
+        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm)
 
     # ------------------------------------------------------------- training
 
@@ -390,12 +398,17 @@ class MultigridCallback(Callback):
         }
         if self._lr is not None and (lr := self._lr.effective_lr) is not None:
             metrics["multigrid/lr"] = lr
-        skipped = getattr(trainer.datamodule, "skipped_videos", None)
-        if isinstance(skipped, int):
-            metrics["multigrid/skipped_videos"] = float(skipped)
         shown = {"multigrid/batch_size", "multigrid/num_frames", "multigrid/crop_size"}
         for key, value in metrics.items():
             pl_module.log(key, value, on_step=True, on_epoch=False, prog_bar=key in shown, batch_size=grid.batch_size)
+        skipped = getattr(trainer.datamodule, "skipped_videos", None)
+        if isinstance(skipped, int):
+            # Each rank counts the videos it skipped: the logged value is the sum over ranks
+            # (every rank logs at every step, so the reduction never waits on one that does not).
+            pl_module.log(
+                "multigrid/skipped_videos", float(skipped), on_step=True, on_epoch=False,
+                batch_size=grid.batch_size, sync_dist=True, reduce_fx="sum",
+            )
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -68,7 +68,7 @@ def schedule_to_dict(schedule: MultigridSchedule, dataset_size: int | None = Non
                 "crop_size": stage.shape.crop_size,
                 "lr_factor": stage.lr_factor,
                 "relative_lr": schedule.relative_lr_at(epoch),
-                "bn": stage.bn.to_dict(),
+                "bn": stage.bn.to_dict() if schedule.config.long_cycle else {"mode": "model"},
                 "sampling_rate": list(stage.sampling_rate),
                 "short_cycle": [{"batch_size": g.batch_size, "crop_size": g.crop_size} for g in stage.short_cycle],
             }
@@ -92,11 +92,15 @@ def schedule_to_dict(schedule: MultigridSchedule, dataset_size: int | None = Non
     return result
 
 
-def format_table(schedule: MultigridSchedule, dataset_size: int | None = None) -> str:
+def format_table(
+    schedule: MultigridSchedule, dataset_size: int | None = None, convert_batchnorm: bool = True
+) -> str:
     """A readable table, one row per stage, and a summary line.
 
     With ``dataset_size``, also a table of the iterations and clips per device of each distinct
-    grid, and the full-grid warning of :func:`full_grid_warning` when it applies.
+    grid, and the full-grid warning of :func:`full_grid_warning` when it applies. The BN column
+    says what training does: the schedule's grouping, or "model's own" where the model's
+    BatchNorm is left as it is (no long cycle, or the callback's ``convert_batchnorm=False``).
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -104,6 +108,8 @@ def format_table(schedule: MultigridSchedule, dataset_size: int | None = None) -
         shape = stage.shape
         short = " ".join(f"{g.batch_size}@{g.crop_size}" for g in stage.short_cycle) or "-"
         bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
+        if not (schedule.config.long_cycle and convert_batchnorm):
+            bn = dict.fromkeys(bn, "model's own")  # training leaves the model's BatchNorm as it is
         low, high = stage.sampling_rate
         rows.append(
             (

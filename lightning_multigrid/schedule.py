@@ -188,6 +188,7 @@ class MultigridConfig:
         object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
         object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
         self._check_numbers()
+        self._check_flags()
         self._check_milestones()
         self._check_factors()
         if self.jitter_scales is not None:
@@ -222,6 +223,12 @@ class MultigridConfig:
         share = self.full_grid_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
             raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {share!r}.")
+
+    def _check_flags(self) -> None:
+        for name in ("long_cycle", "short_cycle", "scale_bn_base_size"):
+            # -1, 2 or "false" would each turn the setting on: only a real boolean is one.
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
 
     def _check_milestones(self) -> None:
         previous = 0

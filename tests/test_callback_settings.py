@@ -361,3 +361,9 @@ def test_accumulated_steps_follow_the_baseline_step_schedule(synthetic_dataset, 
         baseline_step = int(baseline_epoch * baseline_steps_per_epoch + 1e-6)
         expected = BASE_LR * warmup_cosine(baseline_step, MAX_EPOCHS * baseline_steps_per_epoch)
         assert lr == pytest.approx(expected * schedule.stage_at(epoch).lr_factor, rel=1e-6), (epoch, batch_idx)
+
+
+@pytest.mark.parametrize("name", ["scale_bn_base_size", "long_cycle", "convert_batchnorm", "preflight"])
+def test_callback_switches_accept_only_real_booleans(name):
+    with pytest.raises(ValueError, match=f"`{name}` must be True or False, got 'false'"):
+        MultigridCallback(**{name: "false"})

@@ -88,6 +88,8 @@ def test_table_and_plot(tmp_path):
         (["--milestones", "300"], "must be < `max_epochs`=239"),
         (["--epoch-factor", "0"], "`epoch_factor` must be a positive number, got 0.0."),
         (["--dataset-size", "-5"], "`--dataset-size` must be a positive integer, got -5."),
+        (["--plot", "schedule.txt"], "`--plot` schedule.txt: cannot write a figure as '.txt'"),
+        (["--plot", "/nonexistent/schedule.png"], "its folder /nonexistent does not exist"),
     ],
 )
 def test_bad_settings_are_one_line_errors(args, message):
@@ -145,3 +147,12 @@ def test_kinetics_full_grid_is_not_warned():
     assert data["warnings"] == []
     full = [g for g in data["grids"] if (g["num_frames"], g["crop_size"]) == (32, 224)]
     assert [(g["batch_size"], g["iterations"]) for g in full] == [(8, 33705)]
+
+
+def test_batchnorm_column_says_what_training_does_without_the_long_cycle():
+    """The preview showed "split" BatchNorm for --no-long-cycle, where training leaves the model's BN alone."""
+    table = run_cli(*KINETICS_ARGS, "--no-long-cycle", "--batch-size", "32").stdout
+    assert "model's own" in table and "split" not in table and "sync" not in table
+    data = json.loads(run_cli(*KINETICS_ARGS, "--no-long-cycle", "--format", "json").stdout)
+    assert {e["bn"]["mode"] for e in data["epochs"]} == {"model"}
+    assert "split 8" in run_cli(*KINETICS_ARGS, "--batch-size", "64").stdout

@@ -411,3 +411,11 @@ def test_count_batches_literal():
         count_batches(3, ())
     with pytest.raises(ValueError, match="num_clips"):
         count_batches(-1, (4,))
+
+
+@pytest.mark.parametrize("value", [-1, 2, "false", 1.0, None])
+@pytest.mark.parametrize("name", ["scale_bn_base_size", "long_cycle", "short_cycle"])
+def test_switches_accept_only_real_booleans(name, value):
+    """`scale_bn_base_size` accepted -1, 2 and "false", and each turned the scaling on."""
+    with pytest.raises(ValueError, match=f"`{name}` must be True or False, got {value!r}"):
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=10, **{name: value})
