@@ -326,3 +326,42 @@ def test_device_decode_failure_in_a_batch_is_replaced_counted_and_logged(
     loader = strict.train_dataloader() if split == "train" else strict.val_dataloader()
     with pytest.raises(VideoDecodeError, match=re.escape(f"{bad}: frame {bad / 'img_00003.jpg'} cannot be decoded")):
         strict.on_after_batch_transfer(next(iter(loader)), 0)
+
+
+def test_check_data_cli_takes_the_template_gaps_and_kind_options(
+    tmp_path: Path, frames: FrameFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_multigrid.cli import main
+
+    frames.coded("a", num_frames=6, pattern="frame{:04d}.jpg")
+    frames.write("a", [grey()] * 6, pattern="flow{:04d}.jpg")
+    (tmp_path / "m.txt").write_text("a 0\n")
+    with pytest.raises(SystemExit) as failed:
+        main(["check-data", str(tmp_path / "m.txt"), "--workers", "1", "--no-progress"])
+    assert failed.value.code == 1 and "mixes file name patterns" in capsys.readouterr().out
+    main(["check-data", str(tmp_path / "m.txt"), "--workers", "1", "--no-progress", "--filename-tmpl", "frame{:04d}.jpg",
+          "--manifest-kind", "frames"])
+    assert "1 of 1 frame folders decode" in capsys.readouterr().out
+    (tmp_path / "a" / "frame0003.jpg").unlink()
+    main(["check-data", str(tmp_path / "m.txt"), "--workers", "1", "--no-progress", "--filename-tmpl", "frame{:04d}.jpg",
+          "--allow-frame-gaps"])
+    assert "frames          5 in all" in capsys.readouterr().out
+    for options, message in (
+        (["--filename-tmpl", "frame.jpg"], "no frame-number field"),
+        (["--write-metadata", str(tmp_path / "missing" / "m.json")], "does not exist"),
+        (["--workers", "-1"], "`--workers` must be >= 0"),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(["check-data", str(tmp_path / "m.txt"), "--no-progress", *options])
+        assert refused.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_datamodule_refuses_bad_frame_options_at_construction() -> None:
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+
+    with pytest.raises(ValueError, match="`filename_tmpl` 'img.jpg' has no frame-number field"):
+        MultigridVideoDataModule(train_manifest="any.txt", filename_tmpl="img.jpg")
+    with pytest.raises(ValueError, match="`allow_frame_gaps` must be True or False"):
+        MultigridVideoDataModule(train_manifest="any.txt", allow_frame_gaps="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`manifest_kind` must be 'auto', 'video' or 'frames'"):
+        MultigridVideoDataModule(train_manifest="any.txt", manifest_kind="folders")  # type: ignore[arg-type]

@@ -66,7 +66,7 @@ class FrameLayout:
         if self.filename_tmpl is not None:
             _Template.parse(self.filename_tmpl, "video")
         if not isinstance(self.allow_gaps, bool):
-            raise TypeError(f"`allow_frame_gaps` must be True or False, got {self.allow_gaps!r}.")
+            raise ValueError(f"`allow_frame_gaps` must be True or False, got {self.allow_gaps!r}.")
 
 
 DEFAULT_LAYOUT = FrameLayout()  # detect each folder's template; gaps make a bad video
