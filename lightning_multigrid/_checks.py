@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_int", "check_positive_int"]
+__all__ = ["check_bool", "check_int", "check_positive_int"]
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -26,4 +26,17 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+def check_bool(name: str, value: Any, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is ``True`` or ``False`` (or ``None`` when allowed), else raise naming ``name``.
+
+    A string such as ``"false"`` or a number would silently count as true.
+
+    Raises:
+        ValueError: ``"`name` must be True or False, got value."``
+    """
+    if not (isinstance(value, bool) or (allow_none and value is None)):
+        raise ValueError(f"`{name}` must be True or False{' or None' if allow_none else ''}, got {value!r}.")
     return value

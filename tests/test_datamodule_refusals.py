@@ -65,3 +65,10 @@ def test_validation_label_outside_the_training_classes_is_refused_in_setup(
     with pytest.raises(ManifestError, match=rf"{val}:3: `val_manifest` label 7 of .* is not one of the 4 training "
                        r"classes \(0-3, from .*train.csv\): fix the label"):
         datamodule.setup("fit")
+
+
+@pytest.mark.parametrize("name", ["strict", "drop_last", "pin_memory", "persistent_workers", "chunk_batches", "flip"])
+def test_switches_accept_only_real_booleans(name: str) -> None:
+    """A string such as "false" would count as true (and `drop_last="false"` drop batches)."""
+    with pytest.raises(ValueError, match=f"`{name}` must be True or False"):
+        MultigridVideoDataModule(train_manifest="any.txt", **{name: "false"})

@@ -8,9 +8,10 @@ in the workers or batched on the GPU) give the same clips from the same seeds. E
 from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips, slowfast_pathways
 from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, probe_video
-from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
+from lightning_multigrid.data.device_decode import DeviceDecode, EncodedBatch, decode_batch, decode_clips
 from lightning_multigrid.data.extract import extract_frames
 from lightning_multigrid.data.frame_manifest import read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifest import (
@@ -31,10 +32,12 @@ __all__ = [
     "ChunkedDataLoader",
     "ClipParams",
     "ClipRequest",
+    "DeviceDecode",
     "EncodedBatch",
     "EncodedClip",
     "EvalVideoDataset",
     "FrameFolder",
+    "FrameLayout",
     "Manifest",
     "ManifestError",
     "MetadataCache",
@@ -45,6 +48,7 @@ __all__ = [
     "VideoMetadata",
     "VideoReader",
     "collate_clips",
+    "decode_batch",
     "decode_clips",
     "eval_clip_params",
     "extract_frames",

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler, SequentialSampler
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_int
+from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid.data.checks import check_drop_last, check_eval_labels
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_batch
@@ -228,6 +228,12 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         FrameLayout(filename_tmpl, allow_frame_gaps)  # validates both before any file is read
+        check_bool("flip", flip, allow_none=True)
+        for name, value in (
+            ("strict", strict), ("pin_memory", pin_memory), ("persistent_workers", persistent_workers),
+            ("drop_last", drop_last), ("chunk_batches", chunk_batches),
+        ):
+            check_bool(name, value)
         if manifest_kind not in ("auto", "video", "frames"):
             raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {manifest_kind!r}.")
         _check_sizes(

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lightning_multigrid._checks import check_positive_int
+from lightning_multigrid._checks import check_bool, check_positive_int
 from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.decode import (
     Interpolation,
@@ -96,6 +96,8 @@ class _VideoDataset:
             )
         if slowfast_alpha is not None and (isinstance(slowfast_alpha, bool) or slowfast_alpha < 1):
             raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
+        check_bool("strict", strict)
+        check_bool("return_encoded", return_encoded)
         if max_replacements < 1:
             raise ValueError(f"`max_replacements` must be >= 1, got {max_replacements!r}.")
         self.strict = strict
@@ -256,7 +258,7 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
             return_encoded, filename_tmpl, allow_frame_gaps, manifest_kind,
         )
-        self.flip = flip
+        self.flip = check_bool("flip", flip)
 
     def __len__(self) -> int:
         return self.num_videos
