@@ -93,11 +93,13 @@ def _vote(line: str, base: Path | None) -> str | None:
     candidates = [video for video, _ in _split_line(line)]
     if any(Path(c).suffix.lower() in VIDEO_EXTENSIONS for c in candidates):
         return "video"
-    fields = _frame_fields(line, None)
-    if fields is not None and len(fields) == 3:
+    splits = [f for f in _splits(line) if len(f) in (2, 3) and f[0] and f[1]]
+    # `folder label num_frames` in the first reading that has 2-3 fields: a frame count (labels
+    # may be names here). `clip 1,2,3` is a multi-label 2-field line, not a frame count.
+    if splits and len(splits[0]) == 3 and splits[0][2].isdigit():
         return "frames"
     if base is not None:
-        paths = [fields[0]] if fields else []
+        paths = [f[0] for f in splits]
         if any((base / p).is_dir() for p in [*paths, *candidates]):
             return "frames"
         if any((base / p).is_file() for p in candidates):
@@ -198,17 +200,23 @@ def manifest_field(folder: str) -> str:
 def _frame_fields(line: str, index_of: dict[str, int] | None) -> list[str] | None:
     """``[folder, label, (num_frames)]`` of a line separated by whitespace (folder possibly in double
     quotes) or by commas (as a spreadsheet saves it), whichever reads; ``None`` when neither does."""
-    if line.startswith('"'):
-        spaced = next(csv.reader([line.replace("\t", " ")], delimiter=" ", skipinitialspace=True))
-    else:
-        spaced = line.split()
-    commas = next(csv.reader([line], skipinitialspace=True)) if "," in line else []
-    for fields in (spaced, [f.strip() for f in commas]):
+    for fields in _splits(line):
         if len(fields) in (2, 3) and fields[0] and _parses(fields[1], index_of) and (
             len(fields) == 2 or fields[2].isdigit()
         ):
             return fields
     return None
+
+
+def _splits(line: str) -> list[list[str]]:
+    """The line split on whitespace (honouring double quotes), then on commas."""
+    if line.startswith('"'):
+        spaced = next(csv.reader([line.replace("\t", " ")], delimiter=" ", skipinitialspace=True))
+    else:
+        spaced = line.split()
+    if "," not in line:
+        return [spaced]
+    return [spaced, [f.strip() for f in next(csv.reader([line], skipinitialspace=True))]]
 
 
 def _read_folder_line(
