@@ -173,10 +173,13 @@ def _camera_video(path: Path, width: int, height: int, num_frames: int, fps: flo
     write_video(path, frames, fps=fps, crf=23, preset="veryfast", gop_size=gop)
 
 
-def make_data(setup: Setup, root: Path) -> dict[str, Any]:
-    """Loader sources (GOP 250 and 12, and frames) and the training dataset (videos and frames)."""
+def make_data(setup: Setup, root: Path, sections: set[str]) -> dict[str, Any]:
+    """Loader sources (GOP 250 and 12, and frames) and the training dataset (videos and frames),
+    each only when a selected section reads it."""
     width, height = setup.video_size
     num_frames = round(setup.video_seconds * setup.fps)
+    data: dict[str, Any] = {"description": f"{width}x{height}, {setup.video_seconds:g} s at {setup.fps:g} fps",
+                            "seconds": {}, "train_dir": str(root / "train")}
     started = time.perf_counter()
     manifests: dict[str, Path] = {}
     with ProcessPoolExecutor() as pool:
@@ -190,32 +193,26 @@ def make_data(setup: Setup, root: Path) -> dict[str, Any]:
             manifests[f"mp4 gop{gop}"] = folder / "train.csv"
         for job in jobs:
             job.result()
-    videos_s = time.perf_counter() - started
-    started = time.perf_counter()
     manifests["frames"] = extract_frames(load_manifest(manifests["mp4 gop250"]), root / "frames250", progress=False).manifest
-    frames_s = time.perf_counter() - started
-    started = time.perf_counter()
-    generate_synthetic_dataset(
-        root / "train", num_train=setup.num_train, num_val=setup.num_val, seed=0, texture_cell=12,
-        width=width, height=height, num_frames=num_frames, fps=setup.fps,
-    )
-    synthetic_s = time.perf_counter() - started
-    started = time.perf_counter()
-    train_frames = tuple(
-        str(extract_frames(load_manifest(root / "train" / f"{split}.csv"), root / "train" / "frames", progress=False).manifest)
-        for split in ("train", "val")
-    )
-    mp4_bytes = sum(p.stat().st_size for p in (root / "train").rglob("*.mp4"))
-    jpeg_bytes = sum(p.stat().st_size for p in (root / "train" / "frames").rglob("*.jpg"))
-    return {
-        "loader_manifests": {k: str(v) for k, v in manifests.items()},
-        "train_dir": str(root / "train"),
-        "train_frame_manifests": train_frames,
-        "seconds": {"loader_videos": videos_s, "loader_frames": frames_s, "train_videos": synthetic_s,
-                    "train_frames": time.perf_counter() - started},
-        "train_disk_mib": {"mp4": mp4_bytes / 2**20, "jpeg": jpeg_bytes / 2**20},
-        "description": f"{width}x{height}, {setup.video_seconds:g} s at {setup.fps:g} fps",
-    }
+    data["loader_manifests"] = {k: str(v) for k, v in manifests.items()}
+    data["seconds"]["loader_data"] = time.perf_counter() - started
+    if any(name.startswith("end_to_end") for name in sections):
+        started = time.perf_counter()
+        generate_synthetic_dataset(
+            root / "train", num_train=setup.num_train, num_val=setup.num_val, seed=0, texture_cell=12,
+            width=width, height=height, num_frames=num_frames, fps=setup.fps,
+        )
+        data["train_frame_manifests"] = tuple(
+            str(extract_frames(load_manifest(root / "train" / f"{split}.csv"), root / "train" / "frames",
+                               progress=False).manifest)
+            for split in ("train", "val")
+        )
+        data["seconds"]["train_data"] = time.perf_counter() - started
+        data["train_disk_mib"] = {
+            "mp4": sum(p.stat().st_size for p in (root / "train").rglob("*.mp4")) / 2**20,
+            "jpeg": sum(p.stat().st_size for p in (root / "train" / "frames").rglob("*.jpg")) / 2**20,
+        }
+    return data
 
 
 # ---------------------------------------------------------------------------- grids and the model
@@ -242,8 +239,8 @@ def bn_plan(schedule: MultigridSchedule, shape: GridShape) -> BNPlan:
 
 def build_model(setup: Setup, channels_last: bool = False) -> torch.nn.Module:
     model = VideoClassifier(num_classes=4, backbone=setup.backbone, tiny_width=8, dropout_rate=0.0)
-    model = convert_batchnorm(model).to(setup.device)
-    return model.to(memory_format=torch.channels_last_3d) if channels_last else model
+    converted = convert_batchnorm(model).to(setup.device)
+    return converted.to(memory_format=torch.channels_last_3d) if channels_last else converted
 
 
 def step_rate(
@@ -310,18 +307,24 @@ def consume(batch: dict[str, Any], device: str) -> int:
     return int(out.shape[0])
 
 
-def loader_rate(dataset: Any, grid: Grid, setup: Setup, num_videos: int) -> float:
-    """Clips/s delivered after two warm-up batches, over at least ``loader_seconds`` and 3 batches."""
+def loader_rate(dataset: Any, grid: Grid, setup: Setup, num_videos: int, decode: bool = True) -> float:
+    """Clips/s delivered after two warm-up batches, over at least ``loader_seconds`` and 3 batches
+    (``decode=False``: as the workers hand them over, encoded clips left encoded)."""
     loader = ChunkedDataLoader(
         dataset, batch_sampler=requests_for(grid, num_videos, seed=0), min_chunk_size=setup.base.batch_size,
         num_workers=setup.workers, collate_fn=collate_clips, pin_memory=setup.device == "cuda",
     )
     batches = iter(loader)
+
+    def take() -> int:
+        batch = next(batches)
+        return consume(batch, setup.device) if decode else len(batch["label"])
+
     for _ in range(2):
-        consume(next(batches), setup.device)
+        take()
     start, clips, count = time.perf_counter(), 0, 0
     while True:
-        clips += consume(next(batches), setup.device)
+        clips += take()
         count += 1
         elapsed = time.perf_counter() - start
         if elapsed >= setup.loader_seconds and count >= 3:
@@ -388,6 +391,40 @@ def loader_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]
     return rows
 
 
+def stage_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stage of the frame loader alone, per grid: the workers reading the sampled JPEG files
+    (bytes only), the device decoding batches already read (nvjpeg, resize, crop, flip), and the
+    host-to-device copy of a batch the workers decoded (uint8, pinned). The model's step is ``model``."""
+    manifest = Path(data["loader_manifests"]["frames"])
+    encoded = TrainVideoDataset(manifest, return_encoded=True)
+    rows = []
+    for grid in selected_grids(setup, schedule):
+        read = loader_rate(encoded, grid, setup, setup.loader_videos, decode=False)
+        batches = [collate_clips([encoded[r] for r in requests])
+                   for requests in itertools.islice(requests_for(grid, setup.loader_videos, seed=1), 3)]
+        decode = _repeat_rate(lambda b: consume(b, setup.device), batches, setup)
+        shape = grid.shape
+        host = torch.zeros(shape.batch_size, 3, shape.num_frames, shape.crop_size, shape.crop_size, dtype=torch.uint8)
+        pinned = [{"video": host.pin_memory() if setup.device == "cuda" else host}]
+        transfer = _repeat_rate(lambda b: consume(b, setup.device), pinned, setup)
+        rows.append({"grid": grid.name, "read_clips_per_s": read, "device_decode_clips_per_s": decode,
+                     "transfer_clips_per_s": transfer})
+        print(f"  stages {grid.name}: read {read:.0f}, decode {decode:.0f}, transfer {transfer:.0f} clips/s", flush=True)
+    return rows
+
+
+def _repeat_rate(work: Callable[[Any], int], batches: list[Any], setup: Setup) -> float:
+    """Clips/s of ``work`` over ``batches`` cycled for ``loader_seconds`` after one warm-up pass."""
+    for batch in batches:
+        work(batch)
+    start, clips = time.perf_counter(), 0
+    for batch in itertools.cycle(batches):
+        clips += work(batch)
+        if time.perf_counter() - start >= setup.loader_seconds:
+            return clips / (time.perf_counter() - start)
+    raise AssertionError("itertools.cycle is endless")
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
@@ -441,7 +478,8 @@ def fsdp_fit(setup: Setup, data: dict[str, Any]) -> dict[str, Any]:
     from lightning_multigrid.callback import MultigridCallback
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 
-    train_dir = Path(data["train_dir"])
+    train_dir = Path(data["train_dir"]).parent / "fsdp"
+    generate_synthetic_dataset(train_dir, num_train=96, num_val=16, seed=0, texture_cell=12)
     datamodule = MultigridVideoDataModule(
         train_manifest=str(train_dir / "train.csv"), val_manifest=str(train_dir / "val.csv"), batch_size=8,
         num_frames=8, crop_size=64, sampling_rate=2, num_workers=setup.workers, seed=0,
@@ -468,8 +506,10 @@ def compile_table(setup: Setup, schedule: MultigridSchedule, deadline: float) ->
     for name in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, 64)  # about 12 shapes per multigrid run
+    started = time.perf_counter()
     eager = build_model(setup)
     compiled = cast(torch.nn.Module, torch.compile(build_model(setup)))
+    print(f"  compile: models built in {time.perf_counter() - started:.1f} s", flush=True)
     rows: list[dict[str, Any]] = []
     for grid in selected_grids(setup, schedule):
         if time.perf_counter() > deadline:
@@ -495,6 +535,11 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# benchmarks/gpu.py on {report.get('env', {}).get('gpu', 'CPU (--smoke)')}", ""]
     lines.append("```\n" + json.dumps(report.get("env", {}), indent=1) + "\n```\n")
     lines += _pace_table(report)
+    stages = [r for r in report.get("stages", []) if isinstance(r, dict) and "grid" in r]
+    if stages:
+        lines += ["", "| grid | frames: workers read (bytes) | device decode | transfer (uint8, pinned) |", "|---|---|---|---|"]
+        lines += [f"| {r['grid']} | {r['read_clips_per_s']:.0f} | {r['device_decode_clips_per_s']:.0f} | "
+                  f"{r['transfer_clips_per_s']:.0f} |" for r in stages]
     e2e = {k: v for k, v in report.items() if k.startswith("end_to_end")}
     if e2e:
         lines += ["", "| source | run | epochs | iterations | training s | top-1 | data wait | speed-up |",
@@ -543,7 +588,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=None,
                         help="skip the optional sections after this many seconds (default 420; 60 with --smoke)")
     parser.add_argument("--data", type=Path, help="work folder for the generated data (default: a temporary one)")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, in this order: {','.join(SECTIONS)} (default: all)")
     return parser.parse_args(argv)
+
+
+SECTIONS = ("env", "model", "end_to_end:frames", "loader", "stages", "end_to_end:mp4", "precision", "fsdp", "compile")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -551,26 +601,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     setup = SMOKE if args.smoke else FULL
     if setup.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs CUDA; `--smoke` runs the same code on CPU with tiny sizes.")
+    sections = set(args.sections.split(","))
+    if sections - set(SECTIONS):
+        raise SystemExit(f"--sections: unknown {sorted(sections - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
     report = Report(args.out, args.budget_s or (60.0 if args.smoke else 420.0))
     schedule = benchmark_schedule(setup)
     with tempfile.TemporaryDirectory() as scratch:
         root = args.data or Path(scratch)
-        data = report.section("data", lambda: make_data(setup, root))
+        data = report.section("data", lambda: make_data(setup, root, sections))
         if "error" in data:
             raise SystemExit(f"making the data failed:\n{data['traceback']}")
-        env = report.section("env", lambda: environment(setup, Path(data["loader_manifests"]["mp4 gop12"]).parent / "000.mp4"))
-        report.section("model", lambda: model_table(setup, schedule))
-        report.section("end_to_end:frames (device decode)", lambda: end_to_end(setup, data, "frames"))
-        report.section("loader", lambda: loader_table(setup, schedule, data, env.get("nvdec", {}).get("usable", False)))
-        report.section("end_to_end:mp4 (workers)", lambda: end_to_end(setup, data, "mp4"))
-        report.section("gpu_path:precision", lambda: precision_and_layout(setup, schedule), optional=True)
-        report.section("gpu_path:fsdp", lambda: fsdp_fit(setup, data), optional=True)
-        deadline = report.start + report.budget_s + 90
-        report.section("gpu_path:compile", lambda: compile_table(setup, schedule, deadline), optional=True)
+        sample = Path(data["loader_manifests"]["mp4 gop12"]).parent / "000.mp4"
+        work: dict[str, tuple[str, Callable[[], Any], bool]] = {
+            "env": ("env", lambda: environment(setup, sample), False),
+            "model": ("model", lambda: model_table(setup, schedule), False),
+            "end_to_end:frames": ("end_to_end:frames (device decode)", lambda: end_to_end(setup, data, "frames"), False),
+            "loader": ("loader", lambda: loader_table(setup, schedule, data, nvdec_usable(report)), False),
+            "stages": ("stages", lambda: stage_table(setup, schedule, data), False),
+            "end_to_end:mp4": ("end_to_end:mp4 (workers)", lambda: end_to_end(setup, data, "mp4"), False),
+            "precision": ("gpu_path:precision", lambda: precision_and_layout(setup, schedule), True),
+            "fsdp": ("gpu_path:fsdp", lambda: fsdp_fit(setup, data), True),
+            "compile": ("gpu_path:compile",
+                        lambda: compile_table(setup, schedule, report.start + report.budget_s + 90), True),
+        }
+        for name in SECTIONS:
+            if name in sections:
+                key, run, optional = work[name]
+                report.section(key, run, optional)
     text = markdown(report.data)
     (args.out / "gpu.md").write_text(text)
     print(text)
     return report.data
+
+
+def nvdec_usable(report: Report) -> bool:
+    env = report.data.get("env", {})
+    return bool(isinstance(env, dict) and env.get("nvdec", {}).get("usable", False))
 
 
 if __name__ == "__main__":

@@ -109,6 +109,8 @@ class GridThroughput(pl.Callback):
         self._fit_start = self._batch_end = time.perf_counter()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the step's GPU work is done: what follows is waiting for data
         self._batch_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:

@@ -41,11 +41,14 @@ def update_bn_stats(trainer: pl.Trainer, pl_module: pl.LightningModule, loader: 
     apply_bn_plan(pl_module, BNPlan())
     was_training = pl_module.training
     pl_module.train()
+    forward = _forward_module(trainer, pl_module)
     used = 0
     for batch in loader:
         if used >= num_batches:
             break
-        pl_module(trainer.strategy.batch_to_device(batch)["video"])
+        video = trainer.strategy.batch_to_device(batch)["video"]
+        with trainer.precision_plugin.forward_context():  # autocast as in training
+            forward(video)
         used += 1
     pl_module.train(was_training)
     for layer, (momentum, tracked) in zip(layers, saved):
@@ -56,3 +59,13 @@ def update_bn_stats(trainer: pl.Trainer, pl_module: pl.LightningModule, loader: 
                 assert stat is not None
                 stat.copy_(trainer.strategy.reduce(stat, reduce_op="mean"))
     return used
+
+
+def _forward_module(trainer: pl.Trainer, pl_module: pl.LightningModule) -> torch.nn.Module:
+    """What runs a forward pass as training does: under FSDP its wrapper, which gathers the parameters
+    and casts them to the dtype it gave the BatchNorm buffers; otherwise the LightningModule itself
+    (DDP's wrapper would run ``training_step``)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    model = trainer.strategy.model
+    return model if isinstance(model, FullyShardedDataParallel) else pl_module
