@@ -7,6 +7,10 @@ target with the crop box applied inside the resize, so only the crop's pixels ar
 Decoding cost therefore falls with the grid, as the model's does; an mp4 decoder must run from the
 keyframe through the clip's whole span whatever the grid.
 
+Which files of a folder are frames, and their numbers, is the folder's filename template
+(:mod:`lightning_multigrid.data.frame_names`): optical flow, thumbnails and other files are never
+read as frames, and a gap in the numbers makes a bad video unless gaps are allowed.
+
 For decoding on the GPU the workers only read the JPEG bytes (:func:`read_encoded_clip`); see
 :mod:`lightning_multigrid.data.device_decode`.
 
