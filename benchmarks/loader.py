@@ -7,10 +7,8 @@ each long-cycle shape, and the coarsest short-cycle shape, each with its batch s
 and jitter range as the batch sampler asks for them. Per row it prints clips/s, and per source
 the coarsest/base ratio and frames/mp4 at the base grid.
 
-- ``mp4``: ``TrainVideoDataset`` on the video files (seek, decode the span, seeking again where a
-  keyframe lies between two sampled frames, convert only the sampled frames, resized inside
-  swscale); ``mp4 (decode through)``: the same reader with ``reseek=False``, as before the re-seek
-  (every frame from the first sampled one to the last is decoded), to measure what it saves;
+- ``mp4``: ``TrainVideoDataset`` on the video files (seek, decode through the span, convert only
+  the sampled frames, resized inside swscale);
 - ``frames``, decode ``cpu``: the same dataset on the frame folders (only the sampled JPEGs,
   decoded at 1/2, 1/4 or 1/8 size where the grid allows);
 - ``frames``, decode ``cuda`` (when CUDA is there): workers read the JPEG bytes, the main
@@ -57,9 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_multigrid.data.clip_params import sample_clip_params
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decode import VideoReader
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
 from lightning_multigrid.data.extract import extract_frames
 from lightning_multigrid.data.loader import ChunkedDataLoader
@@ -207,21 +203,6 @@ def consume(batch: dict[str, Any], device: str | None) -> int:
     return (video[0] if isinstance(video, list) else video).shape[0]
 
 
-class DecodeThroughClips(Dataset[dict[str, Any]]):
-    """Our PyAV reader without the re-seek (``VideoReader(reseek=False)``), same clips as ``mp4``."""
-
-    def __init__(self, manifest: Path) -> None:
-        self.paths = [e.path for e in load_manifest(manifest).entries]
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, request: ClipRequest) -> dict[str, Any]:
-        with VideoReader(self.paths[request.index], reseek=False) as video:
-            clip = video.read(sample_clip_params(request, video.metadata, flip=True))
-        return {"video": clip, "label": 0, "index": request.index, "skipped": ()}
-
-
 class PyTorchVideoClips(Dataset[dict[str, Any]]):
     """pytorchvideo's PyAV decoding with its Kinetics training transforms done in torch.
 
@@ -311,7 +292,6 @@ def source_datasets(
     datasets: list[tuple[str, str, TrainVideoDataset | PyTorchVideoClips]] = []
     if "mp4" in formats:
         datasets.append(("mp4", "cpu", TrainVideoDataset(manifest)))
-        datasets.append(("mp4 decode-through", "cpu", DecodeThroughClips(manifest)))
     if args.pytorchvideo:
         paths = [e.path for e in load_manifest(manifest).entries]
         datasets.append(("mp4 pytorchvideo", "cpu", PyTorchVideoClips(paths, source.fps)))
@@ -376,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
             cases = [
                 (fmt, decode, dataset, grid)
                 for grid, (fmt, decode, dataset) in itertools.product(grids, datasets)
-                if fmt not in ("mp4 pytorchvideo", "mp4 decode-through") or grid.name in ("base", "coarsest")
+                if fmt != "mp4 pytorchvideo" or grid.name in ("base", "coarsest")
             ]
             best, best_cpu = measure_cases(cases, source, number, args)
             if args.chunking:
@@ -427,9 +407,7 @@ def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], arg
 
 
 def loader_name(fmt: str) -> str:
-    if "pytorchvideo" in fmt:
-        return "pytorchvideo"
-    return "ours, decode through" if "decode-through" in fmt else "ours"
+    return "pytorchvideo" if "pytorchvideo" in fmt else "ours"
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
