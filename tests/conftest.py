@@ -69,14 +69,13 @@ class VideoFactory:
         height: int = 48,
         fps: float = 12,
         timestamps: Sequence[float] | None = None,
-        gop_size: int | None = None,
     ) -> Path:
         """A video whose frames carry their index; ``timestamps`` (seconds) make it variable-rate."""
         if num_frames > 28 * 28:
             raise ValueError("frame-coded test videos hold at most 784 frames")
         path = self.directory / name
         frames = (np.full((height, width, 3), self.frame_colour(i), dtype=np.uint8) for i in range(num_frames))
-        write_video(path, frames, fps=fps, timestamps=timestamps, gop_size=gop_size)
+        write_video(path, frames, fps=fps, timestamps=timestamps)
         return path
 
     def broken(self, kind: BrokenKind, name: str | None = None) -> Path:

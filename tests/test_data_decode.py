@@ -31,32 +31,6 @@ def test_metadata_of_a_constant_rate_video(videos: VideoFactory) -> None:
     assert meta.timestamps.step > 0 and not meta.timestamps.explicit  # stored as start + i * step
 
 
-@pytest.mark.parametrize("gop_size", [4, 12, None])
-def test_reseeking_past_keyframes_reads_the_same_frames(videos: VideoFactory, gop_size: int | None) -> None:
-    # Coarse clips (frames far apart, out of order, repeated) over several keyframes: seeking again
-    # at each keyframe between sampled frames must give exactly what decoding through gives.
-    path = str(videos.coded(num_frames=60, gop_size=gop_size))
-    with VideoReader(path) as reseek, VideoReader(path, reseek=False) as through:
-        assert (len(reseek.metadata.keyframe_pts) > 4) == (gop_size is not None)
-        for indices in [(0, 15, 30, 45), (3, 4, 27, 59), (50, 10, 10, 33), (59,), (2, 6, 11, 13, 17, 21)]:
-            params = ClipParams(indices, 64, 48, 8, 0, 48, flip=True)
-            clip = reseek.read(params)
-            assert coded_indices(clip) == list(indices)
-            assert torch.equal(clip, through.read(params))
-
-
-def test_segments_start_where_a_keyframe_lies_between_sampled_frames(videos: VideoFactory) -> None:
-    with VideoReader(str(videos.coded(num_frames=36, gop_size=12))) as video:
-        timestamps = video.metadata.timestamps
-        # Every 12th frame, and x264 adds one at frame 28, where the coded colour jumps (a scene cut).
-        frame_of = {timestamps[i]: i for i in range(36)}
-        assert [frame_of[pts] for pts in video.metadata.keyframe_pts] == [0, 12, 24, 28]
-        pts = [timestamps[i] for i in (1, 5, 13, 14, 26, 30)]
-        assert video._segments(pts) == [(0, 2), (2, 4), (4, 5), (5, 6)]
-        video.reseek = False
-        assert video._segments(pts) == [(0, 6)]
-
-
 def test_reads_exactly_the_requested_frames(videos: VideoFactory) -> None:
     path = videos.coded(num_frames=24)
     with VideoReader(str(path)) as video:

@@ -4,9 +4,7 @@ Multigrid batches are up to 8x larger than the baseline's, of smaller clips; a d
 converts every frame of the span to full-size RGB and resizes afterwards (pytorchvideo's PyAV path)
 spends most of its time on pixels the model never sees. Here a clip is read as:
 
-1. seek to the keyframe before the clip's first frame, decode only up to its last frame, and seek
-   again when the next sampled frame lies past the next keyframe (a coarse clip's frames are far
-   apart: at GOP 12 that skips most of the decoding between them);
+1. seek to the keyframe before the clip's first frame, decode only up to its last frame;
 2. convert to RGB **only the sampled frames**, with the resize done inside the same swscale
    call (``frame.to_ndarray(width=, height=)``), so a 4x smaller target costs 16x fewer pixels;
 3. crop and flip as array views, one copy into the ``(C, T, H, W)`` uint8 output.
@@ -77,9 +75,6 @@ class VideoReader:
         threads: decoder threads (frame and slice threading above 1). DataLoader workers
             already decode in parallel, so each should take its share of the cores, not all of
             them (:func:`decoder_threads_per_worker`).
-        reseek: seek again when the next sampled frame lies past the next keyframe, rather
-            than decode every frame up to it (the default; ``False`` decodes through, as before,
-            which ``benchmarks/loader.py`` compares).
 
     Raises:
         VideoDecodeError: when the file is missing, empty, not a video, has no video stream or
@@ -92,13 +87,11 @@ class VideoReader:
         metadata: VideoMetadata | None = None,
         interpolation: Interpolation = "BILINEAR",
         threads: int = 1,
-        reseek: bool = True,
     ) -> None:
         if threads < 1:
             raise ValueError(f"`threads` must be >= 1, got {threads!r}.")
         self.path = str(path)
         self.interpolation = interpolation
-        self.reseek = reseek
         if not os.path.exists(self.path):
             raise VideoDecodeError(self.path, "the file does not exist")
         if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
@@ -150,12 +143,14 @@ class VideoReader:
         wanted_pts = [meta.timestamps[i] for i in wanted]
         crop = params.crop_size
         frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
-        found = 0
+        # Seek to the last keyframe at or before the first wanted frame. Containers that seek by
+        # decoding time can land one keyframe late: then step back a keyframe, then the start.
+        k = bisect.bisect_right(meta.keyframe_pts, wanted_pts[0]) - 1
+        targets = [meta.keyframe_pts[i] for i in (k, k - 1) if i >= 0] + [None]
         try:
-            for start, end in self._segments(wanted_pts):
-                filled = self._decode_segment(frames[start:end], wanted_pts[start:end], params)
-                found = start + filled
-                if filled < end - start:
+            for target in targets:
+                found = self._decode_into(frames, wanted_pts, params, target)
+                if found >= 0:
                     break
         except (av.FFmpegError, OSError) as error:
             raise VideoDecodeError(self.path, f"decoding failed ({_describe(error)})") from None
@@ -170,33 +165,6 @@ class VideoReader:
         if params.flip:
             clip = clip[:, :, ::-1]
         return torch.from_numpy(np.ascontiguousarray(clip.transpose(3, 0, 1, 2)))
-
-    def _segments(self, wanted_pts: list[int]) -> list[tuple[int, int]]:
-        """Half-open ranges of ``wanted_pts`` that one seek each decodes.
-
-        A new range starts where a keyframe lies between two sampled frames: seeking to it skips
-        the frames in between, which decoding through would decode for nothing (torchcodec's rule).
-        """
-        keyframes = self.metadata.keyframe_pts
-        if not self.reseek:
-            return [(0, len(wanted_pts))]
-        group = [bisect.bisect_right(keyframes, pts) - 1 for pts in wanted_pts]
-        starts = [0] + [k for k in range(1, len(group)) if group[k] != group[k - 1]]
-        return list(zip(starts, starts[1:] + [len(wanted_pts)]))
-
-    def _decode_segment(self, out: np.ndarray, wanted_pts: list[int], params: ClipParams) -> int:
-        """Seek before ``wanted_pts[0]`` and fill ``out`` from there; returns how many frames were filled.
-
-        Seeks to the last keyframe at or before the first wanted frame. Containers that seek by
-        decoding time can land one keyframe late: then it steps back a keyframe, then to the start.
-        """
-        keyframes = self.metadata.keyframe_pts
-        k = bisect.bisect_right(keyframes, wanted_pts[0]) - 1
-        for target in [keyframes[i] for i in (k, k - 1) if i >= 0] + [None]:
-            found = self._decode_into(out, wanted_pts, params, target)
-            if found >= 0:
-                return found
-        return 0  # unreachable: the whole-file seek never lands past a frame
 
     def decode_all(self) -> int:
         """Decode every frame (no conversion), to check the file; returns the frame count.
