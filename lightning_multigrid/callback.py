@@ -97,6 +97,15 @@ class MultigridCallback(Callback):
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
             statistics cover as many values on every grid. Both: see
             :class:`~lightning_multigrid.schedule.MultigridConfig`.
+        short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids
+            keep the base batch (LR factor 1, or at most ``short_run_max_lr_factor``) for at most
+            ``short_run_coarse_share`` of the baseline's epochs, the mild grids longest, then the
+            full grid; the run keeps the baseline's epochs and LR schedule. Replaces the long and
+            short cycles, ``epoch_factor`` and the fine-tuning phase (see
+            :class:`~lightning_multigrid.schedule.MultigridConfig` and the measured table in
+            ``docs/finetuning-and-short-runs.md``).
+        short_run_coarse_share: at most this fraction of the epochs on coarse grids (short-run mode).
+        short_run_max_lr_factor: largest batch growth (and LR factor) of a coarse grid (short-run mode).
 
     Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
 
@@ -138,6 +147,9 @@ class MultigridCallback(Callback):
         short_cycle_factors: tuple[float, float] | None = None,
         full_grid_share: float = 0.0,
         scale_bn_base_size: bool = False,
+        short_run: bool = False,
+        short_run_coarse_share: float = 0.5,
+        short_run_max_lr_factor: int = 1,
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
@@ -155,6 +167,9 @@ class MultigridCallback(Callback):
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
         self.full_grid_share = full_grid_share
         self.scale_bn_base_size = scale_bn_base_size
+        self.short_run = short_run
+        self.short_run_coarse_share = short_run_coarse_share
+        self.short_run_max_lr_factor = short_run_max_lr_factor
         self._restored_config: dict[str, Any] | None = None
         self._lr: MultigridLR | None = None
         self._reset_fit_state()
@@ -267,6 +282,9 @@ class MultigridCallback(Callback):
             jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
             full_grid_share=self.full_grid_share,
             scale_bn_base_size=self.scale_bn_base_size,
+            short_run=self.short_run,
+            short_run_coarse_share=self.short_run_coarse_share,
+            short_run_max_lr_factor=self.short_run_max_lr_factor,
         )
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
