@@ -46,7 +46,7 @@ from lightning_multigrid.schedule import (
     build_schedule,
 )
 
-__all__ = ["GridDataModule", "MultigridCallback"]
+__all__ = ["GridDataModule", "MultigridCallback", "PretrainedModule"]
 
 
 @runtime_checkable
@@ -60,6 +60,18 @@ class GridDataModule(Protocol):
     def sampling_rate(self) -> float: ...
 
     def attach_schedule(self, schedule: MultigridSchedule | None) -> None: ...
+
+
+@runtime_checkable
+class PretrainedModule(Protocol):
+    """A LightningModule that says whether it starts from pretrained weights (``VideoClassifier`` does).
+
+    The callback's summary uses it to say whether a short run is from scratch, below multigrid's
+    validated regime; without it the summary says "if from scratch".
+    """
+
+    @property
+    def pretrained(self) -> bool: ...
 
 
 class MultigridCallback(Callback):
@@ -261,7 +273,7 @@ class MultigridCallback(Callback):
             self._install_lr_mapping(trainer, pl_module, steps_per_epoch)
         if self.preflight:
             self._preflight(pl_module, datamodule)
-        rank_zero_info(self._summary(datamodule))
+        rank_zero_info(self._summary(datamodule, pl_module))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
         milestones: Sequence[int] | None = self.milestones
@@ -358,10 +370,13 @@ class MultigridCallback(Callback):
         else:
             preflight(pl_module, grids, slowfast_alpha=getattr(datamodule, "slowfast_alpha", None), device=pl_module.device)
 
-    def _summary(self, datamodule: Any) -> str:
+    def _summary(self, datamodule: Any, pl_module: pl.LightningModule) -> str:
         assert self.schedule is not None
         size = getattr(datamodule, "train_dataset_size", None)
-        return "Multigrid schedule\n" + format_table(self.schedule, size if isinstance(size, int) and size > 0 else None)
+        pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
+        return "Multigrid schedule\n" + format_table(
+            self.schedule, size if isinstance(size, int) and size > 0 else None, pretrained
+        )
 
     # ------------------------------------------------------------- training
 
