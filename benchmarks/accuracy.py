@@ -24,9 +24,25 @@ with the same tiny 3D CNN, optimizer, warm-up and step LR schedule, from the sam
   grid as at the base shape (on one device: over the whole batch);
 - ``bn-scaled+fg25``: both;
 - ``frames-only`` (``+bn``: with ``scale_bn_base_size``): a long cycle that coarsens frames only,
-  ``(T/4, S)``, ``(T/2, S)``, ``(T, S)``, no short cycle: every grid keeps the full spatial detail.
+  ``(T/4, S)``, ``(T/2, S)``, ``(T, S)``, no short cycle: every grid keeps the full spatial detail;
+- ``short-run``: ``MultigridCallback(short_run=True)``: the coarse grids at the base batch (LR
+  factor 1) for half the epochs (1, 2 and 5 of 16 on ``(T/4, S/sqrt2)``, ``(T/2, S/sqrt2)``,
+  ``(T/2, S)``), then the full grid; the baseline's steps and LR schedule.
 
 The long schedule runs the baseline, the defaults, ``bn-scaled`` and ``frames-only+bn``.
+
+**Fine-tuning scenario** (``--scenario finetune``), how most users train on a small dataset: the
+baseline pretrains once on the ``coarse`` task (``--pretrain-task``, ``--epochs`` epochs, seed
+``--pretrain-seed``) and its backbone is saved to ``--out/pretrained.pt``; every variant then
+fine-tunes from those same weights on the ``fine`` task (``--finetune-task``) through
+``VideoClassifier(weights=...)`` (a new classifier), at the short schedule, ``--seeds`` seeds,
+with the same optimizer and LR schedule as from scratch. The fine task is calibrated so that the
+baseline learns the fine detail at the base crop, and only there: the 2-px texture cell is a 4-px
+period; for the 32-px crop the frames' 48-px short side is resized to 37-46 px, leaving a
+3.1-3.8 px period, above the 2-px sampling limit; for a 16-px base crop (``--crop-size 16``) it is
+resized to 18-23 px, leaving 1.5-1.9 px, below it. The checks: the fine-tuned baseline
+must reach well above 0.5 (4 directions x 2 textures: a model that sees the motion but not the
+texture gets at most 0.5), and the same scenario at ``--crop-size 16`` must not.
 
 Validation (160 videos, base shape, precise BN for multigrid) runs every ``epochs / 8`` epochs
 for the curves; its time (and precise BN's) is left out of the wall-clock, which is training
@@ -39,6 +55,9 @@ curves).
 
     python benchmarks/accuracy.py                      # every variant, 2 seeds (about 30 min of one free core)
     python benchmarks/accuracy.py --quick              # a smoke run: tiny data, 4 epochs, one seed
+    python benchmarks/accuracy.py --scenario finetune --variants baseline defaults short-run --seeds 3
+    python benchmarks/accuracy.py --variants baseline defaults short-run --long-variants baseline defaults \
+        short-run --seeds 3 --long-seeds 3             # the short-run mode against the baseline and defaults
     python benchmarks/accuracy.py --accelerator gpu    # on a GPU machine
     python benchmarks/accuracy.py --report out/results.json   # tables and figures of saved results
 """
