@@ -46,7 +46,7 @@ from lightning_multigrid.schedule import (
     build_schedule,
 )
 
-__all__ = ["GridDataModule", "MultigridCallback"]
+__all__ = ["GridDataModule", "MultigridCallback", "PretrainedModule"]
 
 
 @runtime_checkable
@@ -60,6 +60,18 @@ class GridDataModule(Protocol):
     def sampling_rate(self) -> float: ...
 
     def attach_schedule(self, schedule: MultigridSchedule | None) -> None: ...
+
+
+@runtime_checkable
+class PretrainedModule(Protocol):
+    """A LightningModule that says whether it starts from pretrained weights (``VideoClassifier`` does).
+
+    The callback's summary uses it to say whether a short run is from scratch, below multigrid's
+    validated regime; without it the summary says "if from scratch".
+    """
+
+    @property
+    def pretrained(self) -> bool: ...
 
 
 class MultigridCallback(Callback):
@@ -97,6 +109,15 @@ class MultigridCallback(Callback):
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
             statistics cover as many values on every grid. Both: see
             :class:`~lightning_multigrid.schedule.MultigridConfig`.
+        short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids
+            keep the base batch (LR factor 1, or at most ``short_run_max_lr_factor``) for at most
+            ``short_run_coarse_share`` of the baseline's epochs, the mild grids longest, then the
+            full grid; the run keeps the baseline's epochs and LR schedule. Replaces the long and
+            short cycles, ``epoch_factor`` and the fine-tuning phase (see
+            :class:`~lightning_multigrid.schedule.MultigridConfig` and the measured table in
+            ``docs/finetuning-and-short-runs.md``).
+        short_run_coarse_share: at most this fraction of the epochs on coarse grids (short-run mode).
+        short_run_max_lr_factor: largest batch growth (and LR factor) of a coarse grid (short-run mode).
 
     Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
 
@@ -138,6 +159,9 @@ class MultigridCallback(Callback):
         short_cycle_factors: tuple[float, float] | None = None,
         full_grid_share: float = 0.0,
         scale_bn_base_size: bool = False,
+        short_run: bool = False,
+        short_run_coarse_share: float = 0.5,
+        short_run_max_lr_factor: int = 1,
     ) -> None:
         if precise_bn_batches < 0:
             raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
@@ -162,6 +186,9 @@ class MultigridCallback(Callback):
         self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
         self.full_grid_share = full_grid_share
         self.scale_bn_base_size = scale_bn_base_size
+        self.short_run = short_run
+        self.short_run_coarse_share = short_run_coarse_share
+        self.short_run_max_lr_factor = short_run_max_lr_factor
         self._restored_config: dict[str, Any] | None = None
         self._lr: MultigridLR | None = None
         self._reset_fit_state()
@@ -253,7 +280,7 @@ class MultigridCallback(Callback):
             self._install_lr_mapping(trainer, pl_module, steps_per_epoch)
         if self.preflight:
             self._preflight(pl_module, datamodule)
-        rank_zero_info(self._summary(datamodule))
+        rank_zero_info(self._summary(datamodule, pl_module))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
         milestones: Sequence[int] | None = self.milestones
@@ -274,6 +301,9 @@ class MultigridCallback(Callback):
             jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
             full_grid_share=self.full_grid_share,
             scale_bn_base_size=self.scale_bn_base_size,
+            short_run=self.short_run,
+            short_run_coarse_share=self.short_run_coarse_share,
+            short_run_max_lr_factor=self.short_run_max_lr_factor,
         )
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
@@ -347,11 +377,12 @@ class MultigridCallback(Callback):
         else:
             preflight(pl_module, grids, slowfast_alpha=getattr(datamodule, "slowfast_alpha", None), device=pl_module.device)
 
-    def _summary(self, datamodule: Any) -> str:
+    def _summary(self, datamodule: Any, pl_module: pl.LightningModule) -> str:
         assert self.schedule is not None
         size = getattr(datamodule, "train_dataset_size", None)
+        pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
-        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm)
+        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
 
     # ------------------------------------------------------------- training
 

@@ -45,6 +45,21 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale-bn-base-size", action="store_true",
         help="scale the BatchNorm base size with each grid's relative batch (same values per statistic)",
     )
+    multigrid.add_argument(
+        "--short-run", action="store_true",
+        help="short-run mode: coarse grids at the base batch for part of the run, then the full grid",
+    )
+    multigrid.add_argument(
+        "--short-run-coarse-share", type=float, default=0.5, help="short-run mode: most epochs on coarse grids (0.5)"
+    )
+    multigrid.add_argument(
+        "--short-run-max-lr-factor", type=int, default=1,
+        help="short-run mode: largest batch growth (and LR factor) of a coarse grid (1)",
+    )
+    multigrid.add_argument(
+        "--pretrained", action=argparse.BooleanOptionalAction, default=None,
+        help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice",
+    )
     output = parser.add_argument_group("output")
     output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
     output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -69,6 +84,9 @@ def _run_schedule(args: argparse.Namespace) -> None:
         short_cycle=not args.no_short_cycle,
         full_grid_share=args.full_grid_share,
         scale_bn_base_size=args.scale_bn_base_size,
+        short_run=args.short_run,
+        short_run_coarse_share=args.short_run_coarse_share,
+        short_run_max_lr_factor=args.short_run_max_lr_factor,
     )
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
@@ -78,9 +96,9 @@ def _run_schedule(args: argparse.Namespace) -> None:
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.format == "json":
-        print(json.dumps(schedule_to_dict(schedule, args.dataset_size), indent=1))
+        print(json.dumps(schedule_to_dict(schedule, args.dataset_size, args.pretrained), indent=1))
     else:
-        print(format_table(schedule, args.dataset_size))
+        print(format_table(schedule, args.dataset_size, pretrained=args.pretrained))
     if args.plot:
         plot_schedule(schedule, args.plot, args.dataset_size)
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -38,7 +38,10 @@ from lightning_multigrid._checks import check_int
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
+    LoadedWeights,
     build_backbone,
+    classifier_keys,
+    load_weights,
     make_multigrid_compatible,
     preflight,
 )
@@ -139,12 +142,27 @@ class VideoClassifier(pl.LightningModule):
         slowfast_alpha: frame-rate ratio of a two-pathway backbone: a ``(N, C, T, H, W)`` video
             becomes ``[video[:, :, ::alpha], video]`` (slow, fast). Default: 4 for ``slowfast_r50``,
             no split otherwise; set it for a two-pathway ``nn.Module`` backbone.
+        weights: pretrained weights for the backbone, loaded here (errors come now, not at fit):
+            a torchvision name for its video models (``"KINETICS400_V1"`` for ``r3d_18``,
+            ``mc3_18``, ``r2plus1d_18``, ``s3d``; ``"DEFAULT"``), ``"KINETICS400"`` (the
+            pytorchvideo hub's checkpoint) for ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
+            ``slowfast_r50``, ``i3d_r50``, or the path of a state-dict or checkpoint file (also for
+            an ``nn.Module`` backbone). Names download once into ``torch.hub``'s cache. The
+            classifier stays new, sized for ``num_classes``; :attr:`loaded_weights` says what was
+            loaded and what was left new (also logged). ``load_from_checkpoint`` loads them again
+            before the checkpoint's: pass ``weights=None`` there to skip that.
+        backbone_lr_factor: the backbone's learning rate relative to ``lr`` (the classifier's), a
+            common fine-tuning setting (e.g. 0.1); 1 trains everything at ``lr``.
 
     Example::
 
         model = VideoClassifier(num_classes=400, backbone="x3d_xs", lr=0.1, warmup_epochs=5,
                                 milestones=(94, 154, 196))
         trainer.fit(model, datamodule=datamodule)
+
+        # fine-tuning Kinetics-400 weights on 10 classes, the backbone at a tenth of the LR
+        model = VideoClassifier(num_classes=10, backbone="r2plus1d_18", weights="KINETICS400_V1",
+                                lr=0.01, backbone_lr_factor=0.1)
     """
 
     def __init__(
@@ -163,6 +181,8 @@ class VideoClassifier(pl.LightningModule):
         dropout_rate: float = 0.5,
         tiny_width: int = 16,
         slowfast_alpha: int | None = None,
+        weights: str | None = None,
+        backbone_lr_factor: float = 1.0,
     ) -> None:
         super().__init__()
         check_int("num_classes", num_classes, 1 if multi_label else 2)
@@ -173,11 +193,22 @@ class VideoClassifier(pl.LightningModule):
         _check_sgd(lr, gamma, momentum, weight_decay, nesterov, warmup_start_factor)
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
+        if isinstance(backbone_lr_factor, bool) or not isinstance(backbone_lr_factor, (int, float)) or not backbone_lr_factor > 0:
+            raise ValueError(
+                f"`backbone_lr_factor` must be a number > 0, got {backbone_lr_factor!r} (to freeze the backbone, "
+                "set `requires_grad=False` on its parameters)."
+            )
         self._milestones = _check_milestones(milestones, warmup_epochs)
 
         # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
         self.save_hyperparameters(ignore=["backbone"] if isinstance(backbone, nn.Module) else None)
         self.backbone, slowfast_alpha = _backbone(backbone, num_classes, dropout_rate, tiny_width, slowfast_alpha)
+        self.loaded_weights: LoadedWeights | None = None
+        """What ``weights`` loaded into the backbone and left new; ``None`` without ``weights``."""
+        if weights is not None:
+            self.loaded_weights = load_weights(
+                self.backbone, weights, backbone=backbone if isinstance(backbone, str) else None, num_classes=num_classes
+            )
         self.num_classes = num_classes
         self.multi_label = multi_label
         self.slowfast_alpha: int | None = slowfast_alpha
@@ -317,23 +348,37 @@ class VideoClassifier(pl.LightningModule):
         """
         return self._milestones
 
+    @property
+    def pretrained(self) -> bool:
+        """Whether the backbone started from pretrained ``weights``."""
+        return self.loaded_weights is not None
+
     def parameter_groups(self) -> list[dict[str, Any]]:
         """SGD parameter groups: ``decay`` (weights) and ``no_decay`` (BatchNorm, biases).
 
         Parameters with at most one dimension (BatchNorm/LayerNorm scales and shifts, biases) are
         not decayed: decaying them shrinks normalisation gains without regularising anything.
-        Frozen parameters (``requires_grad=False``) are left out.
+        Frozen parameters (``requires_grad=False``) are left out. With ``backbone_lr_factor`` != 1
+        the groups are ``head/decay``, ``head/no_decay`` (the classifier, at ``lr``) and
+        ``backbone/decay``, ``backbone/no_decay`` (the rest, at ``lr * backbone_lr_factor``).
         """
-        decay: list[nn.Parameter] = []
-        no_decay: list[nn.Parameter] = []
-        for parameter in self.parameters():
+        hp = self.hparams
+        factor = hp.get("backbone_lr_factor", 1.0)
+        head = {f"backbone.{key}" for key in classifier_keys(self.backbone, self.num_classes)} if factor != 1 else set()
+        groups: dict[tuple[str, bool], list[nn.Parameter]] = {}
+        for name, parameter in self.named_parameters():
             if parameter.requires_grad:
-                (no_decay if parameter.ndim <= 1 else decay).append(parameter)
-        groups = [
-            {"name": "decay", "params": decay, "weight_decay": self.hparams.weight_decay},
-            {"name": "no_decay", "params": no_decay, "weight_decay": 0.0},
+                part = "" if factor == 1 else ("head/" if name in head else "backbone/")
+                groups.setdefault((part, parameter.ndim > 1), []).append(parameter)
+        return [
+            {
+                "name": f"{part}{'decay' if decays else 'no_decay'}",
+                "params": params,
+                "weight_decay": hp.weight_decay if decays else 0.0,
+                **({"lr": hp.lr * factor} if part == "backbone/" else {}),
+            }
+            for (part, decays), params in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))
         ]
-        return [group for group in groups if group["params"]]
 
     @override
     def configure_optimizers(self) -> Any:

@@ -165,6 +165,21 @@ class MultigridConfig:
             is longer (one is added when the schedule has none). ``0`` keeps the paper's
             schedule exactly. For data whose classes differ by detail that only the full grid
             resolves, on short schedules (README, "Accuracy at small scale").
+        short_run: the short-run mode, for runs of a few thousand iterations (progressive
+            resizing, as Composer's ``ProgressiveResizing`` and FFCV do): the coarse grids of
+            ``long_cycle_factors`` (those below the base shape) keep the base batch, or grow it by
+            at most ``short_run_max_lr_factor`` (the LR factor); together they take at most
+            ``short_run_coarse_share`` of the baseline's epochs, coarsest first, each grid's share
+            proportional to ``1 / r`` (``r``: its Equation 1 cost ratio), so the mild grids get
+            most of it and a coarse grid that rounds to no epoch is left out; the remaining epochs
+            run at the full grid. ``max_epochs`` stays the baseline's and the LR stages stay at the
+            baseline's milestones (the user's LR schedule maps one to one). The short cycle,
+            ``epoch_factor`` and the fine-tuning phase are not used.
+        short_run_coarse_share: at most this fraction of the baseline's epochs on coarse grids
+            (short-run mode), in ``[0, 1)``.
+        short_run_max_lr_factor: largest batch growth (= LR factor) of a coarse grid in the
+            short-run mode, an integer >= 1 (1: every grid keeps the base batch and the run keeps
+            the baseline's optimizer steps).
     """
 
     base: GridShape
@@ -182,6 +197,9 @@ class MultigridConfig:
     jitter_scales: tuple[int, int] | None = None
     full_grid_share: float = 0.0
     scale_bn_base_size: bool = False
+    short_run: bool = False
+    short_run_coarse_share: float = 0.5
+    short_run_max_lr_factor: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "milestones", tuple(self.milestones))
@@ -191,6 +209,7 @@ class MultigridConfig:
         self._check_flags()
         self._check_milestones()
         self._check_factors()
+        self._check_short_run()
         if self.jitter_scales is not None:
             check_jitter_scales(self.jitter_scales, self.crop_size)
 
@@ -225,10 +244,22 @@ class MultigridConfig:
             raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {share!r}.")
 
     def _check_flags(self) -> None:
-        for name in ("long_cycle", "short_cycle", "scale_bn_base_size"):
+        for name in ("long_cycle", "short_cycle", "scale_bn_base_size", "short_run"):
             # -1, 2 or "false" would each turn the setting on: only a real boolean is one.
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+
+    def _check_short_run(self) -> None:
+        share = self.short_run_coarse_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
+            raise ValueError(f"`short_run_coarse_share` must be a number in [0, 1), got {share!r}.")
+        check_positive_int("short_run_max_lr_factor", self.short_run_max_lr_factor)
+        if self.short_run and self.full_grid_share > 0:
+            raise ValueError(
+                f"`short_run=True` and `full_grid_share`={self.full_grid_share!r} both decide the full grid's "
+                "share: the short-run mode runs the full grid for all but `short_run_coarse_share` of the epochs. "
+                "Set `full_grid_share=0`, or `short_run=False`."
+            )
 
     def _check_milestones(self) -> None:
         previous = 0
@@ -497,6 +528,8 @@ def build_schedule(config: MultigridConfig) -> MultigridSchedule:
         ValueError: when a batch cannot be grouped for BatchNorm, or there are fewer multigrid
             epochs than baseline LR stages.
     """
+    if config.short_run:
+        return _build_short_run_schedule(config)
     if config.long_cycle:
         pieces, lengths = _long_cycle_pieces(config)
     else:
@@ -521,6 +554,73 @@ def build_schedule(config: MultigridConfig) -> MultigridSchedule:
 
     lr_starts = [next(s.start_epoch for s in stages if s.lr_stage == i) for i in range(config.num_lr_stages)]
     return MultigridSchedule(config, tuple(stages), (*lr_starts, stages[-1].end_epoch))
+
+
+def _build_short_run_schedule(config: MultigridConfig) -> MultigridSchedule:
+    """The short-run mode (see ``MultigridConfig.short_run``): coarse grids first, then the full grid.
+
+    Stages break where the grid changes and at the baseline's milestones, so multigrid epoch ``e``
+    is baseline epoch ``e`` and every stage has one LR stage.
+    """
+    grid_of_epoch = [(1.0, 1.0)] * config.max_epochs
+    start = 0
+    for factors, epochs in zip(_short_run_grids(config), _short_run_epochs(config)):
+        grid_of_epoch[start : start + epochs] = [factors] * epochs
+        start += epochs
+    edges = (0, *config.milestones, config.max_epochs)
+    breaks = sorted({*edges, *(e for e in range(1, config.max_epochs) if grid_of_epoch[e] != grid_of_epoch[e - 1])})
+    stages = []
+    for begin, end in zip(breaks, breaks[1:]):
+        t_factor, s_factor = grid_of_epoch[begin]
+        lr_stage = bisect.bisect_right(config.milestones, begin)
+        stages.append(_make_short_run_stage(config, t_factor, s_factor, begin, end, lr_stage))
+    return MultigridSchedule(config, tuple(stages), edges)
+
+
+def _short_run_grids(config: MultigridConfig) -> list[tuple[float, float]]:
+    """The coarse grids of the short-run mode, coarsest first: ``long_cycle_factors`` below the base shape."""
+    coarse = {(t, s) for t, s in config.long_cycle_factors if _cost_ratio(config, t, s) > 1}
+    return sorted(coarse, key=lambda f: -_cost_ratio(config, *f))
+
+
+def _short_run_epochs(config: MultigridConfig) -> list[int]:
+    """Whole epochs of each coarse grid (coarsest first), each share proportional to ``1 / r``.
+
+    ``floor(short_run_coarse_share * max_epochs)`` epochs in all, split in proportion to ``1 / r``
+    by rounding the cumulative ends, so a grid whose share rounds to nothing gets 0 epochs.
+    """
+    grids = _short_run_grids(config)
+    total = math.floor(config.short_run_coarse_share * config.max_epochs + 1e-9)
+    weights = [1 / _cost_ratio(config, t, s) for t, s in grids]
+    ends = [round(total * sum(weights[: i + 1]) / sum(weights)) for i in range(len(weights))]
+    return [end - start for start, end in zip([0, *ends], ends)]
+
+
+def _cost_ratio(config: MultigridConfig, t_factor: float, s_factor: float) -> int:
+    """Equation 1's relative batch ``r`` of a ``(t_factor, s_factor)`` grid: its cost saving per clip."""
+    num_frames = max(1, round(config.num_frames * t_factor))
+    crop_size = max(1, round(config.crop_size * s_factor))
+    return _relative_batch(config, num_frames, crop_size)
+
+
+def _make_short_run_stage(
+    config: MultigridConfig, t_factor: float, s_factor: float, start: int, end: int, lr_stage: int
+) -> Stage:
+    num_frames = max(1, round(config.num_frames * t_factor))
+    crop_size = max(1, round(config.crop_size * s_factor))
+    lr_factor = min(_relative_batch(config, num_frames, crop_size), config.short_run_max_lr_factor)
+    batch_size = config.batch_size * lr_factor
+    stride = config.sampling_rate
+    return Stage(
+        start_epoch=start,
+        end_epoch=end,
+        lr_stage=lr_stage,
+        shape=GridShape(batch_size, num_frames, crop_size),
+        lr_factor=lr_factor,
+        short_cycle=(),
+        bn=plan_batchnorm(batch_size, config.bn_base_size * (lr_factor if config.scale_bn_base_size else 1), config.devices),
+        sampling_rate=(float(stride), stride * config.num_frames / num_frames),
+    )
 
 
 @dataclass(frozen=True, slots=True)

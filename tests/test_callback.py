@@ -126,7 +126,14 @@ def fit(
     return trainer
 
 
-CYCLES = {"long+short": {}, "long only": {"short_cycle": False}, "short only": {"long_cycle": False}}
+CYCLES = {
+    "long+short": {},
+    "long only": {"short_cycle": False},
+    "short only": {"long_cycle": False},
+    # floor(0.5 * 4) = 2 coarse epochs split 1 : 2 : 4 -> 0, 1, 1: 4 x 23 px, 4 x 32 px, then 8 x 32 px,
+    # the coarse ones at batch 1 * min(r, 2) = 2 with LR factor 2.
+    "short run": {"short_run": True, "short_run_max_lr_factor": 2},
+}
 
 
 @pytest.mark.parametrize(
@@ -169,7 +176,11 @@ def test_every_step_follows_the_schedule(synthetic_dataset, train_manifest, cycl
                 expected_lr = one_cycle_lr(baseline_step, MAX_EPOCHS * clips) * stage.lr_factor
             assert step["lr"] == pytest.approx(expected_lr, rel=1e-6), (epoch, step["batch_idx"])
     # The long cycle really varied the grid and the BN grouping (when on).
-    if cycles != "short only":
+    if cycles == "short run":
+        assert schedule.max_epochs == MAX_EPOCHS
+        assert {(s["epoch"], s["shape"][0], s["shape"][2], s["shape"][3]) for s in model.steps} >= {
+            (0, 2, 4, 23), (1, 2, 4, 32), (2, 1, 8, 32), (3, 1, 8, 32)}
+    elif cycles != "short only":
         assert {s["shape"][2] for s in model.steps} == {2, 4, 8}
         assert {s["bn"][0] for s in model.steps} == {"split", "plain"}
 
@@ -182,6 +193,23 @@ def one_cycle_lr(step: int, total: int) -> float:
         optimizer.step()
         scheduler.step()
     return optimizer.param_groups[0]["lr"]
+
+
+def test_summary_states_the_regime(synthetic_dataset, train_manifest, tmp_path, caplog):
+    from lightning_multigrid.module import VideoClassifier
+
+    path = tmp_path / "pretrained.pt"
+    torch.save(VideoClassifier(num_classes=4, backbone="tiny", tiny_width=4).backbone.state_dict(), path)
+    for weights, expected in ((None, "from scratch: BELOW the validated regime (128 baseline steps < 10000"),
+                              (str(path), "fine-tuning from pretrained weights")):
+        model = VideoClassifier(num_classes=4, backbone="tiny", tiny_width=4, weights=weights, milestones=MILESTONES)
+        caplog.clear()
+        with caplog.at_level("INFO"):
+            fit(model, make_datamodule(synthetic_dataset, train_manifest), MultigridCallback(precise_bn_batches=0),
+                limit_train_batches=1)
+        # 32 clips in batches of 1 for 4 epochs: 128 baseline steps.
+        assert "regime: 128 baseline optimizer steps per device" in caplog.text
+        assert expected in caplog.text and "if from scratch" not in caplog.text
 
 
 def test_milestones_read_from_the_users_scheduler(synthetic_dataset, train_manifest):

@@ -156,3 +156,28 @@ def test_batchnorm_column_says_what_training_does_without_the_long_cycle():
     data = json.loads(run_cli(*KINETICS_ARGS, "--no-long-cycle", "--format", "json").stdout)
     assert {e["bn"]["mode"] for e in data["epochs"]} == {"model"}
     assert "split 8" in run_cli(*KINETICS_ARGS, "--batch-size", "64").stdout
+
+
+def test_short_run_flag_and_regime():
+    data = json.loads(run_cli(*SMALL_ARGS, "--short-run", "--no-pretrained", "--format", "json").stdout)
+    assert data["max_epochs"] == 16 and data["iterations"]["multigrid"] == 1920
+    regime = data["regime"]
+    assert (regime["baseline_steps"], regime["multigrid_steps"], regime["full_grid_steps"]) == (1920, 1920, 960)
+    # clips x frames x pixels: (960 x 2 x 23^2 + 1920 x 4 x 23^2 + 4800 x 4 x 32^2 + 7680 x 8 x 32^2)
+    # / (16 epochs x 960 clips x 8 x 32^2) = 87,653,760 / 125,829,120.
+    assert regime["relative_compute"] == pytest.approx(87_653_760 / 125_829_120)
+    assert regime["pretrained"] is False and regime["below_validated"]
+    assert regime["advice"].startswith("from scratch: BELOW the validated regime (1920 baseline steps < 10000")
+
+
+def test_table_states_the_regime():
+    text = run_cli(*SMALL_ARGS).stdout
+    assert "regime: 1920 baseline optimizer steps per device; this run 591 (3.25x fewer), 85 of them at the full grid" in text
+    assert "if from scratch: BELOW the validated regime" in text and "VideoClassifier(weights=...)" in text
+    pretrained = run_cli(*SMALL_ARGS, "--pretrained").stdout
+    assert "fine-tuning from pretrained weights" in pretrained and "BELOW" not in pretrained
+    kinetics = json.loads(run_cli(*KINETICS_ARGS, "--format", "json").stdout)["regime"]
+    # 239 epochs x ceil(30000 clips per device / 8) = 896,250 baseline steps: within the regime.
+    assert kinetics["baseline_steps"] == 896_250 and not kinetics["below_validated"]
+    assert kinetics["advice"].startswith("if from scratch: within the validated regime")
+    assert "regime: give the dataset size" in run_cli(*SMALL_ARGS[:-2]).stdout

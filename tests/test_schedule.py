@@ -419,3 +419,87 @@ def test_switches_accept_only_real_booleans(name, value):
     """`scale_bn_base_size` accepted -1, 2 and "false", and each turned the scaling on."""
     with pytest.raises(ValueError, match=f"`{name}` must be True or False, got {value!r}"):
         MultigridConfig(base=GridShape(8, 16, 112), max_epochs=10, **{name: value})
+
+
+# --------------------------------------------------------------------------- short-run mode
+
+
+def _stages(schedule):
+    return [(s.start_epoch, s.end_epoch, s.lr_stage, s.shape, s.lr_factor) for s in schedule.stages]
+
+
+def test_short_run_small_schedule():
+    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True))
+    # Coarse grids of the default long cycle, with Equation 1's r: 2 x 23 px r = round(8*32^2 / (2*23^2))
+    # = round(7.74) = 8; 4 x 23 px r = round(3.87) = 4; 4 x 32 px r = 2. floor(0.5 * 16) = 8 coarse
+    # epochs split in proportion to 1/8 : 1/4 : 1/2 (= 1 : 2 : 4): cumulative ends round(8/7) = 1,
+    # round(24/7) = 3, 8 -> 1, 2 and 5 epochs, coarsest first, all at the base batch (LR factor 1).
+    # Then the full grid for 8 epochs, broken at the baseline's milestones 12 and 14.
+    assert _stages(schedule) == [
+        (0, 1, 0, GridShape(8, 2, 23), 1),
+        (1, 3, 0, GridShape(8, 4, 23), 1),
+        (3, 8, 0, GridShape(8, 4, 32), 1),
+        (8, 12, 0, GridShape(8, 8, 32), 1),
+        (12, 14, 1, GridShape(8, 8, 32), 1),
+        (14, 16, 2, GridShape(8, 8, 32), 1),
+    ]
+    assert all(s.short_cycle == () and s.bn == BNPlan() and not s.fine_tuning for s in schedule.stages)
+    assert schedule.stages[0].sampling_rate == (2.0, 8.0)  # 2 of 8 frames: stride 2 to 2 * 8 / 2
+    # The baseline's epochs and LR stages: multigrid epoch e is baseline epoch e.
+    assert schedule.max_epochs == 16 and schedule.lr_stage_starts == (0, 12, 14, 16)
+    assert schedule.baseline_epoch_at(5.5) == 5.5
+    # 960 clips / 8 = 120 steps every epoch: the baseline's 1920 optimizer steps, 8 x 120 = 960 at the full grid.
+    assert schedule.total_iterations(960) == schedule.baseline_iterations(960) == 1920
+    counts = {c.grid: c.iterations for c in grid_counts(schedule, 960)}
+    assert counts == {GridShape(8, 2, 23): 120, GridShape(8, 4, 23): 240, GridShape(8, 4, 32): 600, GridShape(8, 8, 32): 960}
+
+
+def test_short_run_capped_lr_factor():
+    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_max_lr_factor=2))
+    # Every coarse grid has r >= 2, so each gets batch 8 * min(r, 2) = 16 and LR factor 2, with
+    # BatchNorm split in two groups of 8; 960 / 16 = 60 steps per coarse epoch: 8 x 60 + 8 x 120 = 1440.
+    coarse = [s for s in schedule.stages if s.shape.num_frames < 8]
+    assert [(s.shape.batch_size, s.lr_factor, s.bn) for s in coarse] == [(16, 2, BNPlan("split", num_splits=2))] * 3
+    assert schedule.total_iterations(960) == 1440
+
+
+def test_short_run_kinetics_splits_coarse_grids_at_milestones():
+    config = MultigridConfig(**KINETICS, short_run=True, short_run_coarse_share=0.5)
+    schedule = build_schedule(config)
+    # floor(0.5 * 239) = 119 coarse epochs in ratio 1 : 2 : 4 (r = 8, 4, 2): ends round(119/7) = 17,
+    # round(357/7) = 51, 119. The 16 x 224 grid crosses milestone 94: two stages, LR stages 0 and 1.
+    assert [(s.start_epoch, s.end_epoch, s.lr_stage, s.shape.num_frames, s.shape.crop_size) for s in schedule.stages] == [
+        (0, 17, 0, 8, 158), (17, 51, 0, 16, 158), (51, 94, 0, 16, 224), (94, 119, 1, 16, 224),
+        (119, 154, 1, 32, 224), (154, 196, 2, 32, 224), (196, 239, 3, 32, 224),
+    ]
+    assert {s.shape.batch_size for s in schedule.stages} == {8}
+
+
+def test_short_run_drops_a_grid_that_rounds_to_no_epoch():
+    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.25))
+    # floor(0.25 * 16) = 4 coarse epochs: ends round(4/7) = 1, round(12/7) = 2, 4 -> 1, 1, 2.
+    assert [s.end_epoch for s in schedule.stages][:3] == [1, 2, 4]
+    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.125))
+    # 2 coarse epochs: ends round(2/7) = 0, round(6/7) = 1, 2: the coarsest grid is left out.
+    assert [(s.end_epoch, s.shape.num_frames, s.shape.crop_size) for s in schedule.stages][:2] == [(1, 4, 23), (2, 4, 32)]
+
+
+def test_short_run_zero_share_is_the_baseline():
+    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.0))
+    assert {s.shape for s in schedule.stages} == {GridShape(8, 8, 32)}
+    assert _ends(schedule) == [12, 14, 16]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"short_run_coarse_share": 1.0}, r"`short_run_coarse_share` must be a number in \[0, 1\), got 1.0"),
+        ({"short_run_coarse_share": -0.1}, r"`short_run_coarse_share` must be a number in \[0, 1\), got -0.1"),
+        ({"short_run_coarse_share": True}, r"`short_run_coarse_share` must be a number in \[0, 1\), got True"),
+        ({"short_run_max_lr_factor": 0}, "`short_run_max_lr_factor`"),
+        ({"short_run": True, "full_grid_share": 0.25}, r"`short_run=True` and `full_grid_share`=0.25.*Set `full_grid_share=0`"),
+    ],
+)
+def test_short_run_bad_settings(options, message):
+    with pytest.raises(ValueError, match=message):
+        MultigridConfig(**SMALL, **options)

@@ -3,21 +3,27 @@ backbones by name.
 
 - :mod:`~lightning_multigrid.models.heads`: :func:`make_multigrid_compatible` and the pooling surgery;
 - :mod:`~lightning_multigrid.models.preflight`: :func:`preflight`, one tiny forward per grid;
-- :mod:`~lightning_multigrid.models.backbones`: :func:`build_backbone`, :class:`TinyVideoNet`.
+- :mod:`~lightning_multigrid.models.backbones`: :func:`build_backbone`, :class:`TinyVideoNet`;
+- :mod:`~lightning_multigrid.models.weights`: :func:`load_weights`, pretrained weights by name or file.
 """
 
 from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
 from lightning_multigrid.models.heads import convert_head_pooling, find_fixed_head_pools, make_multigrid_compatible
 from lightning_multigrid.models.preflight import FixedHeadPoolWarning, preflight
+from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
 
 __all__ = [
     "BACKBONES",
     "TWO_PATHWAY_BACKBONES",
     "FixedHeadPoolWarning",
+    "LoadedWeights",
     "TinyVideoNet",
     "build_backbone",
+    "classifier_keys",
     "convert_head_pooling",
     "find_fixed_head_pools",
+    "load_weights",
     "make_multigrid_compatible",
     "preflight",
+    "weights_names",
 ]
