@@ -198,16 +198,29 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit-train-batches", type=float, metavar="FRACTION",
         help="train this fraction of each epoch's iterations, for a quick look (default: all)",
     )
-    parser.add_argument("--plot", default="compare.png", metavar="FILE", help="validation curves PNG (compare.png)")
+    parser.add_argument(
+        "--run-dir", metavar="DIR",
+        help="run folder for both runs' logs and the figure (default: the config's trainer.default_root_dir, or runs)",
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE", help="validation curves PNG (default: compare.png in the run folder)"
+    )
 
 
 def _run_compare(args: argparse.Namespace) -> None:
     from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
 
-    comparison = run_compare(args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches)
+    comparison = run_compare(
+        args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches,
+        run_dir=args.run_dir, report=lambda line: print(line, flush=True),
+    )
     print("\n" + format_comparison(comparison))
-    plot_curves(comparison, args.plot)
-    print(f"wrote {args.plot}", file=sys.stderr)
+    plot = args.plot or comparison.run_dir / "compare.png"
+    plot_curves(comparison, plot)
+    print(f"figure (val/top1 over training wall-clock): {plot}")
+    logs = [run.log_dir for run in (comparison.baseline, comparison.multigrid) if run.log_dir]
+    if logs:
+        print(f"logs (metrics.csv, config.yaml): {', '.join(logs)}")
 
 
 # name -> (help, add arguments, run)
