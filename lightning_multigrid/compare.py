@@ -190,7 +190,10 @@ def _run_one(name: str, args: list[str], report: Callable[[str], None] | None) -
     )
     trainer = cli.trainer
     if report is not None:
-        report(f"training the {name} ({trainer.max_epochs} baseline epochs) ...")
+        what = f"the baseline: {trainer.max_epochs} epochs" if name == "baseline" else (
+            f"with {name}: the schedule of a {trainer.max_epochs}-epoch baseline"
+        )
+        report(f"training {what} ...")
     clock = TrainingClock(report, name)
     trainer.callbacks.insert(0, clock)
     trainer.fit(cli.model, datamodule=cli.datamodule)
