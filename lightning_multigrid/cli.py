@@ -249,17 +249,31 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit-train-batches", type=float, metavar="FRACTION",
         help="train this fraction of each epoch's iterations, for a quick look (default: all)",
     )
-    parser.add_argument("--plot", default="compare.png", metavar="FILE", help="validation curves PNG (compare.png)")
+    parser.add_argument(
+        "--run-dir", metavar="DIR",
+        help="run folder for both runs' logs and the figure (default: the config's trainer.default_root_dir, or runs)",
+    )
+    parser.add_argument(
+        "--plot", metavar="FILE", help="validation curves PNG (default: compare.png in the run folder)"
+    )
 
 
 def _run_compare(args: argparse.Namespace) -> None:
     from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
 
-    _check_output_file("--plot", args.plot, figure=True)
-    comparison = run_compare(args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches)
+    if args.plot is not None:
+        _check_output_file("--plot", args.plot, figure=True, creates_folder=True)
+    comparison = run_compare(
+        args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches,
+        run_dir=args.run_dir, report=lambda line: print(line, flush=True),
+    )
     print("\n" + format_comparison(comparison))
-    plot_curves(comparison, args.plot)
-    print(f"wrote {args.plot}", file=sys.stderr)
+    plot = args.plot or comparison.run_dir / "compare.png"
+    plot_curves(comparison, plot)
+    print(f"figure (val/top1 over training wall-clock): {plot}")
+    logs = [run.log_dir for run in (comparison.baseline, comparison.multigrid) if run.log_dir]
+    if logs:
+        print(f"logs (metrics.csv, config.yaml): {', '.join(logs)}")
 
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -270,8 +284,11 @@ def _check_workers(workers: int | None) -> None:
         raise ValueError(f"`--workers` must be >= 0, got {workers!r}.")
 
 
-def _check_output_file(option: str, path: str, figure: bool = False) -> None:
-    """Refuse, before any work, an output file that could not be written at the end."""
+def _check_output_file(option: str, path: str, figure: bool = False, creates_folder: bool = False) -> None:
+    """Refuse, before any work, an output file that could not be written at the end.
+
+    ``creates_folder``: the writer makes missing folders, so the nearest existing one must be writable.
+    """
     from pathlib import Path
 
     file = Path(path)
@@ -282,9 +299,11 @@ def _check_output_file(option: str, path: str, figure: bool = False) -> None:
         )
     if file.is_dir():
         raise ValueError(f"`{option}` {path} is a folder: pass a file name.")
-    if not file.parent.is_dir():
+    parent = file.absolute().parent
+    folder = parent if not creates_folder else next(p for p in (parent, *parent.parents) if p.exists())
+    if not folder.is_dir():
         raise ValueError(f"`{option}` {path}: its folder {file.parent} does not exist; create it or pass another path.")
-    if not os.access(file.parent, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
         raise ValueError(f"`{option}` {path} cannot be written (permission denied); pass another path.")
 
 

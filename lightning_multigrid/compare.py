@@ -5,12 +5,19 @@ This trains the config twice (``--multigrid.enabled false``, then ``true``) with
 optionally for fewer epochs and on a fraction of each epoch, and reports training wall-clock,
 iterations and the last validation metrics of each, with both validation curves over wall-clock
 as a PNG. Validation (and precise BN) time is left out of the wall-clock.
+
+Each run logs into the run folder (``trainer.default_root_dir``; ``--run-dir``):
+``<run folder>/baseline/version_N/`` and ``<run folder>/multigrid/version_N/`` hold the metrics
+(CSV, and TensorBoard when installed) and the run's ``config.yaml``; the figure goes to
+``<run folder>/compare.png`` unless another path is given.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,15 +33,21 @@ class TrainingClock(pl.Callback):
     Put it first in the Trainer's callbacks: its ``on_validation_start`` must stop the clock
     before the multigrid callback's precise BN runs.
 
+    Args:
+        report: called with a one-line summary after each validation (e.g. ``print``), or ``None``.
+        name: the run's name in those lines.
+
     Attributes:
         train_seconds: wall-clock seconds spent training so far.
         train_cpu_seconds: CPU seconds of this process spent training so far (steadier than
             wall-clock on a shared machine, and complete when the loader has no workers).
-        curve: one ``{"epoch", "step", "seconds", "top1"}`` per validation (``top1`` from
-            ``val/top1``, NaN when the module logs none).
+        curve: one ``{"epoch", "step", "seconds", "top1"}`` per validation (``epoch``: epochs
+            trained; ``top1`` from ``val/top1``, NaN when the module logs none).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, report: Callable[[str], None] | None = None, name: str = "") -> None:
+        self.report = report
+        self.name = name
         self.train_seconds = 0.0
         self.train_cpu_seconds = 0.0
         self.curve: list[dict[str, float]] = []
@@ -52,11 +65,14 @@ class TrainingClock(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        fitting = trainer.state.fn == "fit"
         top1 = float(trainer.callback_metrics.get("val/top1", float("nan")))
-        self.curve.append(
-            {"epoch": trainer.current_epoch, "step": trainer.global_step, "seconds": self.train_seconds, "top1": top1}
-        )
-        if trainer.state.fn == "fit":
+        epochs = trainer.current_epoch + 1 if fitting else trainer.current_epoch
+        self.curve.append({"epoch": epochs, "step": trainer.global_step, "seconds": self.train_seconds, "top1": top1})
+        if self.report is not None:
+            shown = "no val/top1" if math.isnan(top1) else f"val/top1 {top1:.3f}"
+            self.report(f"{self.name} epoch {epochs}: {shown} after {self.train_seconds:.1f} s of training")
+        if fitting:
             self._started = (time.perf_counter(), time.process_time())
 
     @override
@@ -72,7 +88,13 @@ class TrainingClock(pl.Callback):
 
 @dataclass
 class RunResult:
-    """One training run of a comparison."""
+    """One training run of a comparison.
+
+    Attributes:
+        log_dir: the folder of the run's metrics and ``config.yaml``, or ``None`` without a logger.
+        chance: top-1 of a constant guess (1 / classes), ``None`` when the DataModule has no
+            ``num_classes``.
+    """
 
     name: str
     epochs: int
@@ -80,14 +102,22 @@ class RunResult:
     train_seconds: float
     metrics: dict[str, float]
     curve: list[dict[str, float]] = field(default_factory=list)
+    log_dir: str | None = None
+    chance: float | None = None
 
 
 @dataclass
 class Comparison:
-    """Baseline and multigrid runs of one config."""
+    """Baseline and multigrid runs of one config, and the run folder they logged into."""
 
     baseline: RunResult
     multigrid: RunResult
+    run_dir: Path = Path(".")
+
+    @property
+    def speedup(self) -> float:
+        """Baseline training wall-clock over multigrid's."""
+        return self.baseline.train_seconds / self.multigrid.train_seconds if self.multigrid.train_seconds else math.nan
 
 
 def run_compare(
@@ -95,6 +125,8 @@ def run_compare(
     max_epochs: int | None = None,
     limit_train_batches: float | None = None,
     extra_args: list[str] | None = None,
+    run_dir: str | Path | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Train ``config`` as the baseline, then with multigrid, and measure both.
 
@@ -104,6 +136,10 @@ def run_compare(
         limit_train_batches: fraction of each epoch's iterations to train (Lightning's
             ``limit_train_batches``), for a quick look on a large dataset.
         extra_args: further LightningCLI arguments for both runs.
+        run_dir: the run folder instead of the config's ``trainer.default_root_dir`` (whose
+            default is ``runs``).
+        report: called with a line when each run starts and after each of its validations
+            (e.g. ``print``), or ``None`` for silence.
 
     Raises:
         FileNotFoundError: when ``config`` does not exist.
@@ -118,19 +154,23 @@ def run_compare(
     if limit_train_batches is not None and not 0 < limit_train_batches <= 1:
         raise ValueError(f"`--limit-train-batches` must be in (0, 1], got {limit_train_batches!r}.")
     overrides = [
-        "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+        "--trainer.enable_checkpointing", "false",
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
     ]
     if max_epochs is not None:
         overrides += ["--trainer.max_epochs", str(max_epochs)]
     if limit_train_batches is not None:
         overrides += ["--trainer.limit_train_batches", str(limit_train_batches)]
-    _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true"])
-    runs = [
-        _run_one(name, ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled])
-        for name, enabled in (("baseline", "false"), ("multigrid", "true"))
-    ]
-    return Comparison(runs[0], runs[1])
+    if run_dir is not None:
+        overrides += ["--trainer.default_root_dir", str(run_dir)]
+    _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true",
+                             "--trainer.logger", "false"])
+    runs = []
+    for name, enabled in (("baseline", "false"), ("multigrid", "true")):
+        args = ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled]
+        runs.append(_run_one(name, args, report))
+    (baseline, root_dir), (multigrid, _) = runs
+    return Comparison(baseline, multigrid, root_dir)
 
 
 def _check_multigrid_starts(args: list[str]) -> None:
@@ -147,7 +187,8 @@ def _check_multigrid_starts(args: list[str]) -> None:
         ) from None
 
 
-def _run_one(name: str, args: list[str]) -> RunResult:
+def _run_one(name: str, args: list[str], report: Callable[[str], None] | None) -> tuple[RunResult, Path]:
+    """One run of the comparison, and its ``trainer.default_root_dir``."""
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
     from lightning_multigrid.module import VideoClassifier
     from lightning_multigrid.trainer_cli import MultigridCLI
@@ -162,55 +203,79 @@ def _run_one(name: str, args: list[str]) -> RunResult:
         subclass_mode_data=True,
         args=args,
         run=False,
-        save_config_callback=None,
+        save_config_kwargs={"overwrite": True},
+        log_name=name,
     )
-    clock = TrainingClock()
-    cli.trainer.callbacks.insert(0, clock)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    # The last epoch is validated whatever `check_val_every_n_epoch` says.
-    results = cli.trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)
-    metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-    if clock.curve:
-        clock.curve[-1]["epoch"] = cli.trainer.current_epoch
-    return RunResult(name, cli.trainer.current_epoch, cli.trainer.global_step, clock.train_seconds, metrics, clock.curve)
+    trainer = cli.trainer
+    if report is not None:
+        what = f"the baseline: {trainer.max_epochs} epochs" if name == "baseline" else (
+            f"with {name}: the schedule of a {trainer.max_epochs}-epoch baseline"
+        )
+        report(f"training {what} ...")
+    clock = TrainingClock(report, name)
+    trainer.callbacks.insert(0, clock)
+    trainer.fit(cli.model, datamodule=cli.datamodule)
+    if clock.curve and clock.curve[-1]["epoch"] == trainer.current_epoch:
+        # The last epoch was validated during fit: its metrics are the final ones.
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    else:
+        results = trainer.validate(cli.model, datamodule=cli.datamodule, verbose=False)
+        metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
+    num_classes = getattr(cli.datamodule, "num_classes", None)
+    result = RunResult(
+        name, trainer.current_epoch, trainer.global_step, clock.train_seconds, metrics, clock.curve,
+        log_dir=trainer.log_dir if trainer.loggers else None,
+        chance=1 / num_classes if isinstance(num_classes, int) and num_classes > 0 else None,
+    )
+    return result, Path(trainer.default_root_dir)
 
 
 def format_comparison(comparison: Comparison) -> str:
     """The runs side by side, and the speed-up and metric differences."""
     base, multi = comparison.baseline, comparison.multigrid
     keys = sorted(set(base.metrics) | set(multi.metrics))
-    header = ("run", "epochs", "iterations", "train s", *keys)
+    if base.chance is not None and base.chance >= 0.2:  # 5 classes or fewer: top-5 is always 1
+        keys = [k for k in keys if not k.endswith("top5")]
+    header = ("run", "epochs", "iterations", "train s", "speed-up", *keys)
     rows = [header]
     for run in (base, multi):
+        speedup = base.train_seconds / run.train_seconds if run.train_seconds > 0 else math.nan
         rows.append(
-            (run.name, str(run.epochs), str(run.iterations), f"{run.train_seconds:.1f}",
+            (run.name, str(run.epochs), str(run.iterations), f"{run.train_seconds:.1f}", f"{speedup:.2f}x",
              *(f"{run.metrics[k]:.3f}" if k in run.metrics else "-" for k in keys))
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    speed = base.train_seconds / multi.train_seconds if multi.train_seconds > 0 else float("nan")
-    steps = base.iterations / multi.iterations if multi.iterations else float("nan")
-    summary = f"multigrid: {speed:.2f}x wall-clock, {steps:.2f}x fewer iterations"
+    steps = base.iterations / multi.iterations if multi.iterations else math.nan
+    summary = f"multigrid: {comparison.speedup:.2f}x faster in training wall-clock, {steps:.2f}x fewer iterations"
     for key in keys:
-        if key in base.metrics and key in multi.metrics:
+        if key in base.metrics and key in multi.metrics and not key.endswith("loss"):
             summary += f"; {key} {multi.metrics[key] - base.metrics[key]:+.3f}"
-    return "\n".join([*lines, "", summary])
+    if base.chance is not None:
+        summary += f" (chance top-1 {base.chance:.3f})"
+    note = "train s: training wall-clock, validation and precise BN excluded"
+    return "\n".join([*lines, "", summary, note])
 
 
 def plot_curves(comparison: Comparison, path: str | Path) -> None:
-    """Both validation top-1 curves over training wall-clock, as a PNG."""
+    """Both validation top-1 curves over training wall-clock, as a PNG (its folder is created)."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(6, 4))
     axis = figure.subplots()
     for run in (comparison.baseline, comparison.multigrid):
         axis.plot([p["seconds"] for p in run.curve], [p["top1"] for p in run.curve], marker="o", label=run.name)
+    chance = comparison.baseline.chance
+    if chance is not None:
+        axis.axhline(chance, color="grey", linestyle=":", linewidth=1, label="chance")
     axis.set_xlabel("training wall-clock (s, validation excluded)")
     axis.set_ylabel("val/top1")
+    axis.set_ylim(0, 1.05)
+    axis.set_xlim(left=0)
     axis.grid(alpha=0.3)
-    axis.legend()
-    axis.set_title("baseline vs multigrid")
+    axis.legend(loc="lower right")
+    axis.set_title(f"baseline vs multigrid: {comparison.speedup:.2f}x faster")
     figure.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
-

@@ -25,8 +25,8 @@ __all__ = [
 # The preview warns when the full grid gets both fewer iterations than this and a smaller share
 # of the baseline's. The paper's schedule gives the full grid about 4% of the baseline's
 # iterations: 33,705 per device on Kinetics, where the paper keeps accuracy, and 85 on the accuracy
-# benchmark's short schedule, where detail seen only at full resolution is not learnt (README,
-# "Accuracy at small scale"). Where between the two the risk ends depends on model and data.
+# benchmark's short schedule, where detail seen only at full resolution is not learnt
+# (docs/accuracy.md). Where between the two the risk ends depends on model and data.
 FULL_GRID_MIN_SHARE = 0.10
 FULL_GRID_MIN_ITERATIONS = 10_000
 
@@ -157,7 +157,7 @@ def full_grid_warning(schedule: MultigridSchedule, dataset_size: int) -> str | N
         f"{full} iterations, {100 * full / baseline:.1f}% of the baseline's {baseline}: classes that differ "
         "only by detail visible at full resolution may not be learnt. Check with `lightning-multigrid "
         "compare` first. `full_grid_share` (e.g. 0.25) guarantees full-grid iterations; on short runs, "
-        "more iterations in all mattered more (README, \"Accuracy at small scale\")."
+        "more iterations in all mattered more (docs/accuracy.md)."
     )
 
 

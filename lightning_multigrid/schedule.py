@@ -164,7 +164,7 @@ class MultigridConfig:
             lasts ``ceil(full_grid_share * max_epochs)`` epochs or the paper's length, whichever
             is longer (one is added when the schedule has none). ``0`` keeps the paper's
             schedule exactly. For data whose classes differ by detail that only the full grid
-            resolves, on short schedules (README, "Accuracy at small scale").
+            resolves, on short schedules (docs/accuracy.md).
         short_run: the short-run mode, for runs of a few thousand iterations (progressive
             resizing, as Composer's ``ProgressiveResizing`` and FFCV do): the coarse grids of
             ``long_cycle_factors`` (those below the base shape) keep the base batch, or grow it by

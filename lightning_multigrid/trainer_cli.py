@@ -4,32 +4,79 @@ The model (``--model``, default :class:`VideoClassifier`), the data (``--data``,
 :class:`MultigridVideoDataModule`) and the Trainer come from YAML or flags as in any LightningCLI;
 ``--multigrid.*`` configures :class:`MultigridCallback`, and ``--multigrid.enabled false`` runs
 the baseline with the same config, for comparison.
+
+Runs write into a run folder, ``trainer.default_root_dir`` (default ``runs``): with the Trainer's
+default ``logger: true`` the metrics go to a CSV file (and to TensorBoard as well when it is
+installed) in ``<default_root_dir>/lightning_logs/version_N/``, beside the run's ``config.yaml``.
+Nothing is written into the working directory unless ``default_root_dir`` points there.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
+from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
 
-__all__ = ["MultigridCLI", "check_fit_starts", "run"]
+__all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "check_fit_starts", "default_loggers", "run"]
+
+# Where runs go when the config names no `trainer.default_root_dir` (Lightning's default is the
+# working directory, where LightningCLI would also drop a `config.yaml` when logging is off).
+DEFAULT_ROOT_DIR = "runs"
+
+
+def default_loggers(save_dir: str | Path, name: str = "lightning_logs") -> list[Logger]:
+    """A CSV logger in ``save_dir/name/version_N``, and TensorBoard into the same folder when installed.
+
+    Both share the version, so a run's metrics, ``hparams.yaml`` and ``config.yaml`` sit in one
+    folder; ``trainer.log_dir`` is that folder (the first logger's).
+    """
+    csv = CSVLogger(save_dir, name=name)
+    loggers: list[Logger] = [csv]
+    if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
+        loggers.append(TensorBoardLogger(save_dir, name=name, version=csv.version, default_hp_metric=False))
+    return loggers
 
 
 class MultigridCLI(LightningCLI):
-    """LightningCLI that adds ``--multigrid.*`` and prints a summary after ``fit``."""
+    """LightningCLI that adds ``--multigrid.*``, logs into a run folder and prints a summary after ``fit``.
+
+    Args:
+        log_name: folder of the default loggers' versions inside ``trainer.default_root_dir``.
+        *args, **kwargs: LightningCLI's.
+    """
+
+    def __init__(self, *args: Any, log_name: str = "lightning_logs", **kwargs: Any) -> None:
+        self.log_name = log_name  # read while LightningCLI.__init__ builds the Trainer
+        super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")
+        parser.set_defaults({"trainer.default_root_dir": DEFAULT_ROOT_DIR})
         # The classifier's head must match the data's classes.
         parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+
+    def instantiate_trainer(self, **kwargs: Any) -> pl.Trainer:
+        """The Trainer, with :func:`default_loggers` where the config keeps the default logger.
+
+        The Trainer's ``logger`` defaults to ``None``, which means ``True``: Lightning's default logger.
+        """
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        trainer_config = config.get("trainer") or {}
+        if "logger" not in kwargs and trainer_config.get("logger") in (None, True):
+            kwargs["logger"] = default_loggers(trainer_config.get("default_root_dir") or ".", self.log_name)
+        return super().instantiate_trainer(**kwargs)
 
     def before_fit(self) -> None:
         self._fit_started = time.perf_counter()
@@ -48,6 +95,8 @@ class MultigridCLI(LightningCLI):
             f"\n{mode} training finished: {trainer.current_epoch} epochs, {trainer.global_step} optimizer steps, "
             f"{elapsed:.0f} s wall-clock; {shown}{chance}"
         )
+        if trainer.log_dir and any(Path(trainer.log_dir).glob("*.csv")):  # not under fast_dev_run
+            print(f"logs: {trainer.log_dir}")
 
 
 class _StopBeforeTraining(Exception):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,32 +38,88 @@ multigrid:
 """
 
 
-def run_compare(*args: str) -> subprocess.CompletedProcess[str]:
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lightning_multigrid.cli", "compare", *args], capture_output=True, text=True
+        [sys.executable, "-m", "lightning_multigrid.cli", *args], capture_output=True, text=True, cwd=cwd
     )
+
+
+def run_compare(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return run_cli("compare", *args, cwd=cwd)
 
 
 @pytest.mark.slow
 def test_compare_tiny_config(tmp_path):
+    """Side by side, the figure and both runs' logs in the run folder, nothing else in the working directory."""
     config = tmp_path / "tiny.yaml"
     config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
-    figure = tmp_path / "curves.png"
-    result = run_compare("--config", str(config), "--max-epochs", "3", "--plot", str(figure))
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_compare("--config", str(config), "--max-epochs", "3", cwd=work)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     header = next(line.split() for line in lines if line.startswith("run "))
-    assert header[:4] == ["run", "epochs", "iterations", "train"]  # "train s" is two words
+    assert header[:5] == ["run", "epochs", "iterations", "train", "s"]  # "train s" is two words
+    assert header[5] == "speed-up"
     top1 = header.index("val/top1") - 1  # in the rows, "train s" is one cell
-    baseline = next(line.split() for line in lines if line.startswith("baseline "))
-    multigrid = next(line.split() for line in lines if line.startswith("multigrid "))
+    assert "val/top5" not in header  # 4 classes: top-5 is always 1
+    baseline = next(line.split() for line in lines if re.match(r"baseline +\d", line))
+    multigrid = next(line.split() for line in lines if re.match(r"multigrid +\d", line))
     # 3 baseline epochs of ceil(24 / 4) = 6 iterations; multigrid runs round(1.5 * 3) = 4 epochs.
     assert baseline[1:3] == ["3", "18"]
+    assert baseline[4] == "1.00x"
     assert multigrid[1] == "4"
     assert 0 < int(multigrid[2]) < 18
+    assert float(multigrid[4].rstrip("x")) > 0
     assert 0 <= float(baseline[top1]) <= 1 and 0 <= float(multigrid[top1]) <= 1
-    assert "x fewer iterations" in result.stdout
-    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "x fewer iterations" in result.stdout and "(chance top-1 0.250)" in result.stdout
+    # A line after each validation while it trains (the last epoch is validated).
+    assert "baseline epoch 3: val/top1" in result.stdout and "multigrid epoch 4: val/top1" in result.stdout
+
+    # The config names no default_root_dir: the run folder is `runs`.
+    assert "figure (val/top1 over training wall-clock): runs/compare.png" in result.stdout
+    assert (work / "runs" / "compare.png").read_bytes()[:8] == PNG
+    for name in ("baseline", "multigrid"):
+        log_dir = work / "runs" / name / "version_0"
+        assert (log_dir / "config.yaml").is_file() and (log_dir / "metrics.csv").is_file()
+        assert "val/top1" in (log_dir / "metrics.csv").read_text().splitlines()[0]
+    assert sorted(p.name for p in work.iterdir()) == ["runs"]  # no config.yaml, no lightning_logs
+
+
+@pytest.mark.slow
+def test_compare_run_dir_and_plot(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    figure = tmp_path / "figures" / "curves.png"
+    result = run_compare(
+        "--config", str(config), "--max-epochs", "3",
+        "--run-dir", str(tmp_path / "mine"), "--plot", str(figure), cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert figure.read_bytes()[:8] == PNG
+    assert (tmp_path / "mine" / "multigrid" / "version_0" / "config.yaml").is_file()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "config.yaml").exists()
+
+
+@pytest.mark.slow
+def test_fit_logs_into_the_run_folder(tmp_path):
+    """`fit` writes its metrics and config.yaml into runs/lightning_logs/version_N, not the working directory."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    work = tmp_path / "work"
+    work.mkdir()
+    args = ("fit", "--config", str(config), "--trainer.limit_train_batches", "2")
+    for version in (0, 1):  # a second run gets its own folder
+        result = run_cli(*args, cwd=work)
+        assert result.returncode == 0, result.stderr[-3000:]
+        log_dir = Path("runs") / "lightning_logs" / f"version_{version}"
+        assert f"logs: {log_dir}" in result.stdout
+        assert (work / log_dir / "config.yaml").is_file() and (work / log_dir / "metrics.csv").is_file()
+    assert sorted(p.name for p in work.iterdir()) == ["runs"]
+    assert sorted(p.name for p in (work / "runs").iterdir()) == ["lightning_logs"]
 
 
 def test_compare_missing_config_is_a_one_line_error(tmp_path):
@@ -96,7 +154,8 @@ def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
 def test_compare_refuses_an_unwritable_plot_first(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
-    for plot, match in ((tmp_path / "no" / "c.png", "does not exist"), (tmp_path / "c.txt", "cannot write a figure")):
+    # A missing folder is made (under the config file, it cannot be).
+    for plot, match in ((config / "no" / "c.png", "does not exist"), (tmp_path / "c.txt", "cannot write a figure")):
         result = run_compare("--config", str(config), "--plot", str(plot))
         assert result.returncode == 2 and "`--plot`" in result.stderr and match in result.stderr
     assert not (tmp_path / "synthetic").exists()  # refused before the data was even generated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from lightning_multigrid.cli import main
 from lightning_multigrid.data.check import check_videos
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifest import read_class_names, read_manifest
-from lightning_multigrid.data.synthetic import SyntheticDataset, render_synthetic_video
+from lightning_multigrid.data.synthetic import SyntheticDataset, ensure_synthetic_dataset, render_synthetic_video
 
 from conftest import BROKEN_KINDS, VideoFactory
 
@@ -126,3 +127,19 @@ def test_texture_cell_sets_the_checkerboard_cell(tmp_path: Path, capsys: pytest.
         main(["make-synthetic", str(tmp_path), "--texture-cell", "40"])
     assert exit_info.value.code == 2
     assert "`texture_cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err
+
+
+def test_ensure_synthetic_dataset_writes_again_for_other_settings(tmp_path: Path) -> None:
+    """A dataset written with another texture cell (or without a settings record) is written again."""
+    root = tmp_path / "synthetic"
+    record = root / "synthetic.json"
+    ensure_synthetic_dataset(root, num_train=2, num_val=1)
+    assert json.loads(record.read_text())["texture_cell"] is None
+    written = record.stat().st_mtime_ns
+    ensure_synthetic_dataset(root, num_train=2, num_val=1)  # same settings: kept
+    assert record.stat().st_mtime_ns == written
+    ensure_synthetic_dataset(root, num_train=2, num_val=1, texture_cell=12)
+    assert json.loads(record.read_text())["texture_cell"] == 12
+    record.unlink()  # as a dataset from before the record existed
+    ensure_synthetic_dataset(root, num_train=2, num_val=1, texture_cell=12)
+    assert record.is_file()

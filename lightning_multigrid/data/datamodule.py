@@ -112,8 +112,10 @@ def _check_normalization(mean: tuple[float, float, float], std: tuple[float, flo
         raise ValueError(f"`std` must be > 0, got {std!r}.")
 
 
-def _check_synthetic(synthetic_size: tuple[int, int], **manifest_args: str | None) -> None:
-    """With ``synthetic_dir``: no manifest arguments, and ``(train, val)`` counts >= 1."""
+def _check_synthetic(
+    synthetic_size: tuple[int, int], synthetic_texture_cell: int | None, **manifest_args: str | None
+) -> None:
+    """With ``synthetic_dir``: no manifest arguments, ``(train, val)`` counts >= 1, a texture cell in range."""
     given = [name for name, value in manifest_args.items() if value is not None]
     if given:
         raise ValueError(
@@ -122,6 +124,9 @@ def _check_synthetic(synthetic_size: tuple[int, int], **manifest_args: str | Non
         )
     if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
         raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
+    # The demo videos are 160x120: a cell of up to a quarter of the short side.
+    if synthetic_texture_cell is not None and not 2 <= synthetic_texture_cell <= 30:
+        raise ValueError(f"`synthetic_texture_cell` must be 2 to 30 pixels, got {synthetic_texture_cell!r}.")
 
 
 class MultigridVideoDataModule(pl.LightningDataModule):
@@ -149,6 +154,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         synthetic_dir: generate the built-in synthetic dataset here on first use (when it holds no
             ``train.csv``/``val.csv`` yet) and use it; excludes the manifest arguments.
         synthetic_size: ``(train, val)`` videos to generate into ``synthetic_dir``.
+        synthetic_texture_cell: the synthetic checkerboard's cell in pixels (default 6 px: fine
+            detail that the coarsest grids blur away; 12 px stays visible on every grid).
         batch_size: baseline clips per device ``B``; val/test batches have this size.
         num_frames: baseline frames per clip ``T``.
         crop_size: baseline square crop ``S`` in pixels.
@@ -202,6 +209,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         class_names: str | None = None,
         synthetic_dir: str | None = None,
         synthetic_size: tuple[int, int] = (240, 60),
+        synthetic_texture_cell: int | None = None,
         batch_size: int = 8,
         num_frames: int = 16,
         crop_size: int = 112,
@@ -246,7 +254,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         _check_normalization(mean, std)
         if synthetic_dir is not None:
             _check_synthetic(
-                synthetic_size, train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,
+                synthetic_size, synthetic_texture_cell, train_manifest=train_manifest, val_manifest=val_manifest,
+                test_manifest=test_manifest,
                 root_dir=root_dir, class_names=class_names,
             )
 
@@ -257,6 +266,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.class_names = class_names
         self.synthetic_dir = synthetic_dir
         self.synthetic_size = (int(synthetic_size[0]), int(synthetic_size[1]))
+        self.synthetic_texture_cell = synthetic_texture_cell
         self.batch_size = batch_size
         self.num_frames = num_frames
         self.crop_size = crop_size
@@ -703,7 +713,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def _prepare_synthetic(self) -> None:
         if self.synthetic_dir is not None:
             num_train, num_val = self.synthetic_size
-            ensure_synthetic_dataset(self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed)
+            ensure_synthetic_dataset(
+                self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed,
+                texture_cell=self.synthetic_texture_cell,
+            )
 
     @staticmethod
     def _existing(argument: str, path: str | None) -> str:

@@ -15,7 +15,8 @@ Classes (``num_classes`` takes the first ones; 4 or more need both cues)::
 Turn horizontal flipping off when training on it: flipping swaps left and right.
 
 Files are real H.264 mp4 (libx264, yuv420p) in ``root/<split>/<class>/<n>.mp4``, with Kinetics
-format manifests ``root/train.csv`` and ``root/val.csv`` (``path label``) and ``root/classnames.txt``.
+format manifests ``root/train.csv`` and ``root/val.csv`` (``path label``), ``root/classnames.txt`` and
+the generator's settings in ``root/synthetic.json``.
 
 Example::
 
@@ -25,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -94,13 +96,35 @@ def synthetic_files(root: str | os.PathLike[str]) -> tuple[str, str, str]:
     return str(base / "train.csv"), str(base / "val.csv"), str(base / "classnames.txt")
 
 
-def ensure_synthetic_dataset(root: str | os.PathLike[str], num_train: int, num_val: int, seed: int = 0) -> None:
-    """Generate the synthetic dataset into ``root`` unless a complete one is there already.
+def ensure_synthetic_dataset(
+    root: str | os.PathLike[str], num_train: int, num_val: int, seed: int = 0, texture_cell: int | None = None
+) -> None:
+    """Generate the synthetic dataset into ``root`` unless a complete one with these settings is there.
 
-    The generator writes the manifests last, so their presence means a complete dataset.
+    The generator writes the manifests last, so their presence means a complete dataset; it also
+    records its settings in ``root/synthetic.json``, and a dataset written with other settings (or
+    by a version that did not record them) is written again.
     """
-    if not all(Path(path).is_file() for path in synthetic_files(root)):
-        generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=seed)
+    wanted = _settings(num_train, num_val, seed, texture_cell)
+    record = Path(root) / _SETTINGS_FILE
+    if all(Path(path).is_file() for path in synthetic_files(root)) and record.is_file():
+        try:
+            if json.loads(record.read_text(encoding="utf-8")) == wanted:
+                return
+        except ValueError:
+            pass  # a damaged record: write the dataset again
+    generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=seed, texture_cell=texture_cell)
+
+
+_SETTINGS_FILE = "synthetic.json"
+
+
+def _settings(num_train: int, num_val: int, seed: int, texture_cell: int | None, **others: object) -> dict[str, object]:
+    """What ``synthetic.json`` records: the generator's arguments that change the videos."""
+    defaults = {"num_classes": 4, "width": 160, "height": 120, "num_frames": 50, "fps": 25.0}
+    return {
+        "num_train": num_train, "num_val": num_val, "seed": seed, "texture_cell": texture_cell, **defaults, **others
+    }
 
 
 def write_video(
@@ -260,6 +284,7 @@ def generate_synthetic_dataset(
     )
 
     base = Path(root)
+    (base / _SETTINGS_FILE).unlink(missing_ok=True)  # until the new dataset is complete
     names = SYNTHETIC_CLASS_NAMES[:num_classes]
     jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]] = []
     manifests: dict[str, list[str]] = {"train": [], "val": []}
@@ -278,6 +303,11 @@ def generate_synthetic_dataset(
     (base / "train.csv").write_text("".join(manifests["train"]), encoding="utf-8")
     (base / "val.csv").write_text("".join(manifests["val"]), encoding="utf-8")
     (base / "classnames.txt").write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+    settings = _settings(
+        num_train, num_val, seed, texture_cell, num_classes=num_classes, width=width, height=height,
+        num_frames=num_frames, fps=float(fps),
+    )
+    (base / _SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n", encoding="utf-8")
     return SyntheticDataset(
         root=base,
         train_manifest=base / "train.csv",
