@@ -51,13 +51,24 @@ def run_compare(*args: str, cwd: Path | None = None) -> subprocess.CompletedProc
     return run_cli("compare", *args, cwd=cwd)
 
 
+def tiny_config(tmp_path: Path) -> Path:
+    """The tiny config, its synthetic data under ``tmp_path``."""
+    config = tmp_path / "tiny.yaml"
+    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    return config
+
+
+def work_dir(tmp_path: Path) -> Path:
+    """An empty working directory for a command, to see what it leaves there."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
 @pytest.mark.slow
 def test_compare_tiny_config(tmp_path):
     """Side by side, the figure and both runs' logs in the run folder, nothing else in the working directory."""
-    config = tmp_path / "tiny.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
-    work = tmp_path / "work"
-    work.mkdir()
+    config, work = tiny_config(tmp_path), work_dir(tmp_path)
     result = run_compare("--config", str(config), "--max-epochs", "3", cwd=work)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
@@ -91,8 +102,7 @@ def test_compare_tiny_config(tmp_path):
 
 @pytest.mark.slow
 def test_compare_run_dir_and_plot(tmp_path):
-    config = tmp_path / "tiny.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    config = tiny_config(tmp_path)
     figure = tmp_path / "figures" / "curves.png"
     result = run_compare(
         "--config", str(config), "--max-epochs", "3",
@@ -107,10 +117,7 @@ def test_compare_run_dir_and_plot(tmp_path):
 @pytest.mark.slow
 def test_fit_logs_into_the_run_folder(tmp_path):
     """`fit` writes its metrics and config.yaml into runs/lightning_logs/version_N, not the working directory."""
-    config = tmp_path / "tiny.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
-    work = tmp_path / "work"
-    work.mkdir()
+    config, work = tiny_config(tmp_path), work_dir(tmp_path)
     args = ("fit", "--config", str(config), "--trainer.limit_train_batches", "2")
     for version in (0, 1):  # a second run gets its own folder
         result = run_cli(*args, cwd=work)
@@ -140,8 +147,7 @@ def test_compare_missing_config_is_a_one_line_error(tmp_path):
 )
 def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
     """Failure 13: the whole baseline trained, then the multigrid run failed."""
-    config = tmp_path / "tiny.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    config = tiny_config(tmp_path)
     result = run_compare("--config", str(config), *options, "--plot", str(tmp_path / "curves.png"))
     assert result.returncode == 2, result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]
@@ -152,8 +158,7 @@ def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
 
 
 def test_compare_refuses_an_unwritable_plot_first(tmp_path):
-    config = tmp_path / "tiny.yaml"
-    config.write_text(CONFIG.format(data=tmp_path / "synthetic"))
+    config = tiny_config(tmp_path)
     # A missing folder is made (under the config file, it cannot be).
     for plot, match in ((config / "no" / "c.png", "does not exist"), (tmp_path / "c.txt", "cannot write a figure")):
         result = run_compare("--config", str(config), "--plot", str(plot))
