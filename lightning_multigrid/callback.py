@@ -26,6 +26,7 @@ from torch.optim.lr_scheduler import (
 )
 from typing_extensions import override
 
+from lightning_multigrid._checks import check_bool
 from lightning_multigrid._internals import drop_train_loader, sequential_lr_parts
 from lightning_multigrid.lr import BaselineLR, MultigridLR
 from lightning_multigrid.norm import (
@@ -170,8 +171,7 @@ class MultigridCallback(Callback):
             ("convert_batchnorm", convert_batchnorm), ("manage_lr", manage_lr), ("preflight", preflight),
             ("scale_bn_base_size", scale_bn_base_size),
         ):
-            if not isinstance(flag, bool):
-                raise ValueError(f"`{name}` must be True or False, got {flag!r}.")
+            check_bool(name, flag)
         self.enabled = enabled
         self.long_cycle = long_cycle
         self.short_cycle = short_cycle

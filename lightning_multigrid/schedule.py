@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lightning_multigrid._checks import check_positive_int
+from lightning_multigrid._checks import check_bool, check_positive_int
 
 __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
@@ -245,9 +245,7 @@ class MultigridConfig:
 
     def _check_flags(self) -> None:
         for name in ("long_cycle", "short_cycle", "scale_bn_base_size", "short_run"):
-            # -1, 2 or "false" would each turn the setting on: only a real boolean is one.
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+            check_bool(name, getattr(self, name))
 
     def _check_short_run(self) -> None:
         share = self.short_run_coarse_share

@@ -30,6 +30,8 @@ import string
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from lightning_multigrid._checks import check_bool
+
 __all__ = ["DEFAULT_LAYOUT", "DEFAULT_TEMPLATE", "KNOWN_TEMPLATES", "FrameLayout", "FrameList", "FrameNameError", "select_frames"]
 
 DEFAULT_TEMPLATE = "img_{:05d}.jpg"
@@ -65,8 +67,7 @@ class FrameLayout:
     def __post_init__(self) -> None:
         if self.filename_tmpl is not None:
             _Template.parse(self.filename_tmpl, "video")
-        if not isinstance(self.allow_gaps, bool):
-            raise ValueError(f"`allow_frame_gaps` must be True or False, got {self.allow_gaps!r}.")
+        check_bool("allow_frame_gaps", self.allow_gaps)
 
 
 DEFAULT_LAYOUT = FrameLayout()  # detect each folder's template; gaps make a bad video
