@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, _describe
+from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, unreadable
 from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.frames import check_frame_folder
 from lightning_multigrid.data.manifest import Manifest, VideoEntry
@@ -78,7 +78,7 @@ def check_video(path: str) -> VideoCheck:
     except VideoDecodeError as error:
         return VideoCheck(path, None, error.reason)
     except OSError as error:
-        return VideoCheck(path, None, f"cannot be read ({_describe(error)})")
+        return VideoCheck(path, None, unreadable(error))
 
 
 def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> VideoCheck:
@@ -92,7 +92,7 @@ def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> Vid
     except VideoDecodeError as error:
         return VideoCheck(entry.name, None, error.reason)
     except OSError as error:
-        return VideoCheck(entry.name, None, f"cannot be read ({_describe(error)})")
+        return VideoCheck(entry.name, None, unreadable(error))
 
 
 def check_videos(
@@ -118,11 +118,7 @@ def check_videos(
     if workers is not None and (isinstance(workers, bool) or workers < 0):
         raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
     is_frames = isinstance(manifest, Manifest) and manifest.format == "frames"
-    if layout != DEFAULT_LAYOUT and not is_frames:
-        raise ValueError(
-            "`filename_tmpl` and `allow_frame_gaps` describe frame folders, but the manifest lists video files: "
-            "leave them unset."
-        )
+    layout.check_applies("frames" if is_frames else "video", manifest.source if isinstance(manifest, Manifest) else "the list")
     items: list[Any]
     check: Callable[[Any], VideoCheck]
     if isinstance(manifest, Manifest) and is_frames:

@@ -41,8 +41,8 @@ from lightning_multigrid.data.decode import (
     Interpolation,
     VideoDecodeError,
     VideoReader,
-    _describe,
     decoder_threads_per_worker,
+    unreadable,
 )
 from lightning_multigrid.data.device_decode import EncodedBatch
 from lightning_multigrid.data.frame_names import FrameLayout
@@ -84,11 +84,7 @@ class _VideoDataset:
     ) -> None:
         self.layout = FrameLayout(filename_tmpl, allow_frame_gaps)
         self.manifest = load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind)
-        if (filename_tmpl is not None or allow_frame_gaps) and self.manifest.format != "frames":
-            raise ValueError(
-                f"`filename_tmpl` and `allow_frame_gaps` describe frame folders, but {self.manifest.source} lists "
-                "video files: leave them unset."
-            )
+        self.layout.check_applies(self.manifest.format, self.manifest.source)
         if return_encoded and self.manifest.format != "frames":
             raise ValueError(
                 f"`return_encoded=True` (decoding on the device) needs a frame dataset, but {self.manifest.source} "
@@ -182,7 +178,7 @@ class _VideoDataset:
             except (VideoDecodeError, OSError) as error:
                 # Any OSError on a user's file (permissions, a file gone meanwhile) is a skip too.
                 name = self.manifest.entries[index].name
-                reason = error.reason if isinstance(error, VideoDecodeError) else f"cannot be read ({_describe(error)})"
+                reason = error.reason if isinstance(error, VideoDecodeError) else unreadable(error)
                 if self.strict:
                     raise VideoDecodeError(name, reason) from None
                 self._failed[index] = reason

@@ -40,7 +40,7 @@ from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
 from lightning_multigrid.data.metadata import FrameTimestamps, MetadataCache, VideoMetadata
 
 # The metadata types moved to `metadata`; importing them from here keeps working.
-__all__ = ["FrameTimestamps", "MetadataCache", "VideoDecodeError", "VideoMetadata", "VideoReader",
+__all__ = ["FrameTimestamps", "MetadataCache", "VideoDecodeError", "VideoMetadata", "VideoReader", "unreadable",
            "decoder_threads_per_worker", "probe_video"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
@@ -315,6 +315,12 @@ def probe_video(path: str | os.PathLike[str]) -> VideoMetadata:
     """
     with VideoReader(str(path)) as video:
         return video.metadata
+
+
+def unreadable(error: OSError) -> str:
+    """The skip reason of a file the system will not read (permissions, a file gone meanwhile):
+    the same words in training and in ``check-data``."""
+    return f"cannot be read ({_describe(error)})"
 
 
 def _describe(error: BaseException) -> str:

@@ -69,6 +69,14 @@ class FrameLayout:
             _Template.parse(self.filename_tmpl, "video")
         check_bool("allow_frame_gaps", self.allow_gaps)
 
+    def check_applies(self, manifest_format: str, source: str) -> None:
+        """Refuse a layout set for a manifest of video files: it describes frame folders."""
+        if (self.filename_tmpl is not None or self.allow_gaps) and manifest_format != "frames":
+            raise ValueError(
+                f"`filename_tmpl` and `allow_frame_gaps` describe frame folders, but {source} lists video files: "
+                "leave them unset."
+            )
+
 
 DEFAULT_LAYOUT = FrameLayout()  # detect each folder's template; gaps make a bad video
 
