@@ -36,9 +36,9 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.device_decode import EncodedBatch, decode_batch
 from lightning_multigrid.data.frame_names import FrameLayout
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifest import ManifestKind, load_manifest
+from lightning_multigrid.data.manifest import ManifestKind, check_manifest_kind, load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
-from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
+from lightning_multigrid.data.synthetic import check_texture_cell, ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.schedule import (
     GridShape,
     MultigridConfig,
@@ -124,9 +124,7 @@ def _check_synthetic(
         )
     if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
         raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
-    # The demo videos are 160x120: a cell of up to a quarter of the short side.
-    if synthetic_texture_cell is not None and not 2 <= synthetic_texture_cell <= 30:
-        raise ValueError(f"`synthetic_texture_cell` must be 2 to 30 pixels, got {synthetic_texture_cell!r}.")
+    check_texture_cell("synthetic_texture_cell", synthetic_texture_cell)
 
 
 class MultigridVideoDataModule(pl.LightningDataModule):
@@ -242,8 +240,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             ("drop_last", drop_last), ("chunk_batches", chunk_batches),
         ):
             check_bool(name, value)
-        if manifest_kind not in ("auto", "video", "frames"):
-            raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {manifest_kind!r}.")
+        check_manifest_kind(manifest_kind)
         _check_sizes(
             frame_decode=frame_decode, batch_size=batch_size, num_frames=num_frames, crop_size=crop_size,
             sampling_rate=sampling_rate, num_views=num_views, num_workers=num_workers, num_crops=num_crops,
@@ -342,7 +339,6 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     "build it with `MultigridConfig(base=datamodule.base_shape, "
                     "sampling_rate=datamodule.sampling_rate, jitter_scales=datamodule.jitter_scales, ...)`."
                 )
-        if schedule is not None:
             self._check_batches_left(schedule)
         self._schedule = schedule
         self._train_loader = None

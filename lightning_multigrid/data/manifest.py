@@ -38,6 +38,7 @@ __all__ = [
     "ManifestError",
     "ManifestKind",
     "VideoEntry",
+    "check_manifest_kind",
     "load_manifest",
     "read_class_names",
     "read_folder_manifest",
@@ -280,6 +281,12 @@ def read_folder_manifest(
 ManifestKind = Literal["auto", "video", "frames"]
 
 
+def check_manifest_kind(kind: object) -> None:
+    """Raise ``ValueError`` unless ``kind`` is a :data:`ManifestKind`."""
+    if kind not in ("auto", "video", "frames"):
+        raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {kind!r}.")
+
+
 def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) -> bool:
     resolved = folder.resolve()
     if resolved in excluded:
@@ -314,8 +321,7 @@ def load_manifest(
         ManifestError: as :func:`read_manifest` and :func:`read_folder_manifest`, and when
             ``kind="auto"`` and the content cannot tell.
     """
-    if kind not in ("auto", "video", "frames"):
-        raise ValueError(f"`manifest_kind` must be 'auto', 'video' or 'frames', got {kind!r}.")
+    check_manifest_kind(kind)
     if isinstance(source, Manifest):
         if root is not None or class_names is not None:
             raise ValueError("`root` and `class_names` apply to a manifest file, not to a `Manifest` object.")

@@ -343,9 +343,15 @@ def _check_arguments(
         raise ValueError(f"`fps` must be > 0, got {fps!r}.")
     if workers is not None and workers < 1:
         raise ValueError(f"`workers` must be >= 1, got {workers!r}.")
+    check_texture_cell("texture_cell", texture_cell, width, height)
+
+
+def check_texture_cell(name: str, texture_cell: int | None, width: int = 160, height: int = 120) -> None:
+    """Raise ``ValueError`` unless ``texture_cell`` is ``None`` or 2 to a quarter of the short side
+    (default: the built-in dataset's 160x120 videos)."""
     if texture_cell is not None and not 2 <= texture_cell <= min(width, height) // 4:
         raise ValueError(
-            f"`texture_cell` must be between 2 and a quarter of the short side ({min(width, height) // 4}) "
+            f"`{name}` must be between 2 and a quarter of the short side ({min(width, height) // 4}) "
             f"pixels, got {texture_cell!r}."
         )
 
