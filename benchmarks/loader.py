@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({
                     "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
                     "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
-                    "batch_size": shape.batch_size, "loader": loader_name(fmt),
+                    "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
                     "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
                 })
 
@@ -406,16 +406,12 @@ def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], arg
                 )
 
 
-def loader_name(fmt: str) -> str:
-    return "pytorchvideo" if "pytorchvideo" in fmt else "ours"
-
-
 def print_table(rows: list[dict[str, Any]]) -> None:
     print()
     print("| source | format | decode | grid | batch x frames x crop | clips/s | clips per CPU-second |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        name = row["format"] + ("" if row["loader"] == "ours" else f" ({row['loader']})")
+        name = row["format"] + (" (pytorchvideo)" if row["loader"] == "pytorchvideo" else "")
         per_cpu = "-" if row["clips_per_cpu_s"] is None else f"{row['clips_per_cpu_s']:.1f}"
         print(
             f"| {row['source']} | {name} | {row['decode']} | {row['grid']} | "
@@ -428,7 +424,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             base = keyed.get((source, fmt, decode, loader, "base"))
             coarsest = keyed.get((source, fmt, decode, loader, "coarsest"))
             if base and coarsest:
-                label = fmt + ("" if loader == "ours" else f" ({loader})")
+                label = fmt + (" (pytorchvideo)" if loader == "pytorchvideo" else "")
                 print(f"{source}, {label}, decode {decode}: coarsest/base {coarsest / base:.2f}x ({unit})")
             mp4 = keyed.get((source, "mp4", "cpu", "ours", "base"))
             if fmt == "frames" and base and mp4:

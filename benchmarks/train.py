@@ -103,13 +103,14 @@ class GridThroughput(pl.Callback):
         self.totals: dict[tuple[int, int], list[float]] = {}  # (frames, crop) -> [clips, seconds]
         self._last: tuple[float, tuple[int, int], int] | None = None
         self.wait_seconds = 0.0
-        self._fit_start = self._batch_end = 0.0
+        self._batch_end = 0.0
+        self._synchronize = torch.cuda.is_available()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._fit_start = self._batch_end = time.perf_counter()
+        self._batch_end = time.perf_counter()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if torch.cuda.is_available():
+        if self._synchronize:
             torch.cuda.synchronize()  # the step's GPU work is done: what follows is waiting for data
         self._batch_end = time.perf_counter()
 
