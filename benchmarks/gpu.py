@@ -370,9 +370,9 @@ def loader_sources(setup: Setup, data: dict[str, Any], nvdec: bool) -> dict[str,
         "mp4 gop250 (workers)": TrainVideoDataset(manifests["mp4 gop250"]),
         "mp4 gop12 (workers)": TrainVideoDataset(manifests["mp4 gop12"]),
         "frames (workers)": TrainVideoDataset(manifests["frames"]),
+        # Decoded on `setup.device`: the GPU, or the CPU in --smoke.
+        "frames (device decode)": TrainVideoDataset(manifests["frames"], return_encoded=True),
     }
-    if setup.device == "cuda" or setup.grids is not None:  # the device decoder runs on CPU in --smoke
-        sources["frames (device decode)"] = TrainVideoDataset(manifests["frames"], return_encoded=True)
     if nvdec:
         sources["mp4 gop12 (NVDEC, main process)"] = NvdecClips(manifests["mp4 gop12"])
     return sources
