@@ -30,13 +30,15 @@ def imap_in_processes(
     The workers are terminated when the iteration ends, fails, is abandoned, or the main process
     receives ``SIGINT`` or ``SIGTERM`` (which then raise ``KeyboardInterrupt`` / ``SystemExit``).
     """
-    restore = _exit_on_sigterm()
-    try:
-        with multiprocessing.get_context().Pool(processes, initializer=_ignore_sigint) as pool:
-            # Pool.__exit__ calls terminate(): no worker survives the block, however it is left.
+    with multiprocessing.get_context().Pool(processes, initializer=_ignore_sigint) as pool:
+        # Pool.__exit__ calls terminate(): no worker survives the block, however it is left. The
+        # workers are forked before the SIGTERM handler is installed: terminate() kills them with
+        # SIGTERM, which a Python handler inherited by a worker stuck in C code would never run.
+        restore = _exit_on_sigterm()
+        try:
             yield from pool.imap(function, items, chunksize)
-    finally:
-        restore()
+        finally:
+            restore()
 
 
 def _ignore_sigint() -> None:
