@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
-from lightning_multigrid.data.decode import VideoReader
+from lightning_multigrid.data.decoding.video import VideoReader
 
 __all__ = ["EvalFramesInMemory", "TrainFramesInMemory"]
 

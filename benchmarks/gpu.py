@@ -59,11 +59,11 @@ from loader import Grid, render_camera_video, requests_for, schedule_grids  # no
 from train import run as train_run  # noqa: E402
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips  # noqa: E402
-from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips, jpeg_decoder  # noqa: E402
-from lightning_multigrid.data.extract import extract_frames  # noqa: E402
+from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips, jpeg_decoder  # noqa: E402
 from lightning_multigrid.data.loader import ChunkedDataLoader  # noqa: E402
-from lightning_multigrid.data.manifest import load_manifest  # noqa: E402
+from lightning_multigrid.data.manifests.videos import load_manifest  # noqa: E402
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video  # noqa: E402
+from lightning_multigrid.data.tools.extract import extract_frames  # noqa: E402
 from lightning_multigrid.module import VideoClassifier  # noqa: E402
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm  # noqa: E402
 from lightning_multigrid.schedule import BNPlan, GridShape, MultigridConfig, MultigridSchedule, build_schedule  # noqa: E402
@@ -343,7 +343,7 @@ class NvdecClips:
         from torchcodec.decoders import VideoDecoder
 
         from lightning_multigrid.data.clip_params import sample_clip_params
-        from lightning_multigrid.data.decode import probe_video
+        from lightning_multigrid.data.decoding.video import probe_video
 
         metadata = {p: probe_video(p) for p in sorted(set(self.paths))}
         start, clips = time.perf_counter(), 0

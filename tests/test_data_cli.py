@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from lightning_multigrid.cli import main
-from lightning_multigrid.data.check import check_videos
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.manifest import read_class_names, read_manifest
+from lightning_multigrid.data.manifests.videos import read_class_names, read_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, ensure_synthetic_dataset, render_synthetic_video
+from lightning_multigrid.data.tools.check import check_videos
 
 from conftest import BROKEN_KINDS, VideoFactory
 

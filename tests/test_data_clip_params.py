@@ -9,14 +9,14 @@ import pytest
 
 from lightning_multigrid.data.clip_params import (
     ClipParams,
+    ClipRequest,
     eval_clip_params,
     frame_indices,
     resized_size,
     sample_clip_params,
     span_frames,
 )
-from lightning_multigrid.data.decode import FrameTimestamps, VideoMetadata
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.decoding.video import FrameTimestamps, VideoMetadata
 
 
 def metadata(num_frames: int = 24, width: int = 64, height: int = 48) -> VideoMetadata:

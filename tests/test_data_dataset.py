@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader
-from lightning_multigrid.data.manifest import ManifestError
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader
+from lightning_multigrid.data.manifests.videos import ManifestError
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
@@ -231,8 +231,8 @@ def test_metadata_is_probed_once_per_video_and_worker(
 def test_metadata_file_skips_probing(
     synthetic_dataset: SyntheticDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lightning_multigrid.data.check import check_videos
-    from lightning_multigrid.data.manifest import read_manifest
+    from lightning_multigrid.data.manifests.videos import read_manifest
+    from lightning_multigrid.data.tools.check import check_videos
 
     check_videos(read_manifest(synthetic_dataset.train_manifest), workers=1, progress=False).metadata_cache().save(
         tmp_path / "meta.json"

@@ -13,11 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_multigrid.data import device_decode
+from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.device_decode import decode_clips, decode_jpegs, jpeg_decoder
-from lightning_multigrid.data.frames import EncodedClip
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.decoding import device as device_decode
+from lightning_multigrid.data.decoding.device import decode_clips, decode_jpegs, jpeg_decoder
+from lightning_multigrid.data.decoding.frames import EncodedClip
 
 from conftest import FrameFactory
 

@@ -10,10 +10,10 @@ import torch
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import eval_clip_params
-from lightning_multigrid.data.extract import DONE_FILE, extract_frames, extract_video
-from lightning_multigrid.data.frame_manifest import read_frame_manifest
-from lightning_multigrid.data.frames import open_frame_folder, read_clip
-from lightning_multigrid.data.manifest import VideoEntry, load_manifest
+from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
+from lightning_multigrid.data.manifests.frames import read_frame_manifest
+from lightning_multigrid.data.manifests.videos import VideoEntry, load_manifest
+from lightning_multigrid.data.tools.extract import DONE_FILE, extract_frames, extract_video
 
 from conftest import VideoFactory
 

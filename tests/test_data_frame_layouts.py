@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lightning_multigrid.data.check import check_videos
+from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decode import VideoDecodeError
-from lightning_multigrid.data.device_decode import decode_batch, decode_clips
-from lightning_multigrid.data.frame_names import FrameLayout, FrameNameError, select_frames
-from lightning_multigrid.data.frames import open_frame_folder
-from lightning_multigrid.data.manifest import VideoEntry, load_manifest
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.decoding.device import decode_batch, decode_clips
+from lightning_multigrid.data.decoding.frame_names import FrameLayout, FrameNameError, select_frames
+from lightning_multigrid.data.decoding.frames import open_frame_folder
+from lightning_multigrid.data.decoding.video import VideoDecodeError
+from lightning_multigrid.data.manifests.videos import VideoEntry, load_manifest
+from lightning_multigrid.data.tools.check import check_videos
 
 from conftest import FrameFactory, VideoFactory
 

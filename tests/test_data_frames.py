@@ -10,16 +10,15 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_multigrid.data.check import check_videos, format_report
-from lightning_multigrid.data.clip_params import eval_clip_params, sample_clip_params
+from lightning_multigrid.data.clip_params import ClipRequest, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decode import VideoDecodeError
-from lightning_multigrid.data.device_decode import EncodedBatch, decode_clips
-from lightning_multigrid.data.frame_manifest import is_frame_manifest, read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.frame_names import FrameLayout
-from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.manifest import ManifestError, VideoEntry, load_manifest
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
+from lightning_multigrid.data.decoding.frame_names import FrameLayout
+from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.decoding.video import VideoDecodeError
+from lightning_multigrid.data.manifests.frames import is_frame_manifest, read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.manifests.videos import ManifestError, VideoEntry, load_manifest
+from lightning_multigrid.data.tools.check import check_videos, format_report
 
 from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFactory
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lightning_multigrid.data.manifest import (
+from lightning_multigrid.data.manifests.videos import (
     Manifest,
     ManifestError,
     VideoEntry,
@@ -138,7 +138,7 @@ def test_load_manifest_passes_objects_through(tmp_path: Path) -> None:
 @pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
 def test_byte_order_mark_and_crlf_keep_the_first_entry(tmp_path: Path, newline: str) -> None:
     """Failure 6: a manifest saved with a UTF-8 byte-order mark lost its first entry."""
-    from lightning_multigrid.data.frame_manifest import write_frame_manifest
+    from lightning_multigrid.data.manifests.frames import write_frame_manifest
 
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
@@ -181,7 +181,7 @@ def test_frame_manifests_are_told_apart_from_video_manifests_by_content(tmp_path
 
 def test_folders_with_spaces_round_trip_through_the_frame_manifest(tmp_path: Path) -> None:
     """Failure 12 (the format): a Kinetics class folder such as `air drumming` could not be written."""
-    from lightning_multigrid.data.frame_manifest import write_frame_manifest
+    from lightning_multigrid.data.manifests.frames import write_frame_manifest
 
     entries = [VideoEntry(str(tmp_path / "air drumming" / "v1"), (0,), 12), VideoEntry(str(tmp_path / "abseiling" / "v2"), (1,), 9)]
     for entry in entries:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 

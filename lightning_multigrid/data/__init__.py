@@ -5,16 +5,16 @@ in the workers or batched on the GPU) give the same clips from the same seeds. E
 ``datamodule`` works in a plain PyTorch loop (no Lightning import).
 """
 
-from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
+from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips, slowfast_pathways
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, probe_video
-from lightning_multigrid.data.device_decode import DeviceDecode, EncodedBatch, decode_batch, decode_clips
-from lightning_multigrid.data.extract import extract_frames
-from lightning_multigrid.data.frame_manifest import read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.frame_names import FrameLayout
-from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.decoding.device import DeviceDecode, EncodedBatch, decode_batch, decode_clips
+from lightning_multigrid.data.decoding.frame_names import FrameLayout
+from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
+from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, probe_video
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifest import (
+from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.manifests.videos import (
     Manifest,
     ManifestError,
     VideoEntry,
@@ -24,9 +24,8 @@ from lightning_multigrid.data.manifest import (
     read_manifest,
     write_manifest,
 )
-from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
-from lightning_multigrid.data.request import ClipRequest
 from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
+from lightning_multigrid.data.tools.extract import extract_frames
 
 __all__ = [
     "ChunkedDataLoader",

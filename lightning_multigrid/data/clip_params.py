@@ -4,7 +4,7 @@ Pure functions, no decoding and no torch, in the draw-then-apply style of torchv
 transforms v2: :func:`sample_clip_params` draws every random number of a training clip from
 ``random.Random(request.seed)`` (so a seeded run is the same whatever the number of workers),
 :func:`eval_clip_params` places the deterministic views of validation and test, and
-:meth:`lightning_multigrid.data.decode.VideoReader.read` applies the result.
+:meth:`lightning_multigrid.data.decoding.video.VideoReader.read` applies the result.
 
 Training draws, in this order (DESIGN.md, "Sampling grids"):
 
@@ -23,13 +23,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from lightning_multigrid.data.request import ClipRequest
+from typing import NamedTuple, Protocol
 
 __all__ = [
     "ClipParams",
+    "ClipRequest",
     "ClipSource",
     "check_clip_params",
     "check_request",
@@ -39,6 +37,27 @@ __all__ = [
     "sample_clip_params",
     "span_frames",
 ]
+
+
+class ClipRequest(NamedTuple):
+    """One training clip to decode, travelling from the batch sampler to a worker.
+
+    The worker draws every random parameter of the clip (span start, stride, short-side scale,
+    crop box, flip) from ``random.Random(seed)``, so a seeded run is reproducible whatever the
+    number of workers.
+
+    ``TrainVideoDataset(...)[request]`` returns the clip as uint8 ``(3, num_frames, crop_size,
+    crop_size)``; the order of the draws is in :mod:`lightning_multigrid.data.clip_params`. A
+    ``stride_range`` is in source frames at the video's own frame rate (``Stage.sampling_rate``);
+    a ``scale_range`` is usually ``MultigridSchedule.jitter_scales_for(crop_size)``.
+    """
+
+    index: int  # type: ignore[assignment]  # video index in the dataset (shadows tuple.index)
+    num_frames: int
+    crop_size: int  # pixels, square
+    stride_range: tuple[float, float]  # (min, max) frame stride, in source frames
+    scale_range: tuple[int, int]  # (min, max) short side in pixels before the crop
+    seed: int
 
 
 class ClipSource(Protocol):

@@ -33,10 +33,10 @@ from typing_extensions import override
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid.data.checks import check_drop_last, check_eval_labels
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.device_decode import EncodedBatch, decode_batch
-from lightning_multigrid.data.frame_names import FrameLayout
+from lightning_multigrid.data.decoding.device import EncodedBatch, decode_batch
+from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifest import ManifestKind, check_manifest_kind, load_manifest
+from lightning_multigrid.data.manifests.videos import ManifestKind, check_manifest_kind, load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import check_texture_cell, ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.schedule import (
@@ -131,9 +131,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     """Video classification data for multigrid (or baseline) training.
 
     Data comes from ``path label`` manifests (Kinetics / PySlowFast format; see
-    :mod:`lightning_multigrid.data.manifest`), from frame datasets (a folder of JPEG frames per
+    :mod:`lightning_multigrid.data.manifests.videos`), from frame datasets (a folder of JPEG frames per
     video: ``folder label [num_frames]`` lines or PySlowFast's frame-list CSV, see
-    :mod:`lightning_multigrid.data.frame_manifest`; recognised by their content), or from the
+    :mod:`lightning_multigrid.data.manifests.frames`; recognised by their content), or from the
     built-in synthetic dataset generated into ``synthetic_dir``. Batches are dicts::
 
         {"video": uint8 (N, 3, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
@@ -534,7 +534,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
         A clip that fails to decode is a skip, as in the workers: it is replaced by a good clip of
         the batch, whose label, index (and view) replace its own, and its video is added to
-        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decode.VideoDecodeError`).
+        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decoding.video.VideoDecodeError`).
         """
         decoded = decode_batch(batch["video"], device, strict=self.strict)
         video = decoded.video

@@ -1,10 +1,10 @@
 """Video datasets: training clips at the grid each request asks for, and multi-view evaluation.
 
-:class:`TrainVideoDataset` is indexed by :class:`~lightning_multigrid.data.request.ClipRequest`
+:class:`TrainVideoDataset` is indexed by :class:`~lightning_multigrid.data.clip_params.ClipRequest`
 (the batch sampler decides the grid and the seed; the dataset only decodes), and
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
 Both read encoded video files (PyAV) or frame datasets, a folder of JPEG frames per video
-(:mod:`lightning_multigrid.data.frames`), with the same clip parameters from the same seeds.
+(:mod:`lightning_multigrid.data.decoding.frames`), with the same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
@@ -21,7 +21,7 @@ video, chosen deterministically from the request's seed (distinct videos, at mos
 CSV) and reason are logged once per process (logger ``lightning_multigrid.data``) and the name
 travels with the sample in ``"skipped"`` so the main process can count distinct skipped videos.
 All bookkeeping is per video, never per folder. With ``strict=True`` the
-:class:`~lightning_multigrid.data.decode.VideoDecodeError` (path and reason) is raised.
+:class:`~lightning_multigrid.data.decoding.video.VideoDecodeError` (path and reason) is raised.
 Configuration mistakes (missing or empty manifest, bad root) raise at construction.
 """
 
@@ -36,20 +36,19 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_multigrid._checks import check_bool, check_positive_int
-from lightning_multigrid.data.clip_params import ClipParams, eval_clip_params, sample_clip_params
-from lightning_multigrid.data.decode import (
+from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
+from lightning_multigrid.data.decoding.device import EncodedBatch
+from lightning_multigrid.data.decoding.frame_names import FrameLayout
+from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache
+from lightning_multigrid.data.decoding.video import (
     Interpolation,
     VideoDecodeError,
     VideoReader,
     decoder_threads_per_worker,
     unreadable,
 )
-from lightning_multigrid.data.device_decode import EncodedBatch
-from lightning_multigrid.data.frame_names import FrameLayout
-from lightning_multigrid.data.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.manifest import Manifest, ManifestKind, load_manifest
-from lightning_multigrid.data.metadata import FrameFolder, MetadataCache
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.manifests.videos import Manifest, ManifestKind, load_manifest
 from lightning_multigrid.data.skips import report_skip
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
@@ -203,7 +202,7 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
 
     Args:
         manifest: a manifest file (``path label`` lines), a folder with one sub-folder per
-            class, or a :class:`~lightning_multigrid.data.manifest.Manifest`.
+            class, or a :class:`~lightning_multigrid.data.manifests.videos.Manifest`.
         root: directory the manifest's paths are relative to (default: the manifest's).
         class_names: class-names file or names, for labels written as names.
         flip: random horizontal flips; turn off when labels depend on direction.
@@ -213,11 +212,11 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         max_replacements: replacements to try before giving up on a sample.
         interpolation: swscale resize filter (video files; frames are resized bilinearly).
         return_encoded: frame datasets only: return the clip's JPEG bytes and parameters
-            (:class:`~lightning_multigrid.data.frames.EncodedClip`) for decoding on the device
-            (:func:`~lightning_multigrid.data.device_decode.decode_clips`).
+            (:class:`~lightning_multigrid.data.decoding.frames.EncodedClip`) for decoding on the device
+            (:func:`~lightning_multigrid.data.decoding.device.decode_clips`).
         filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"`` or
             ``"{video}_{:06d}.jpg"``; ``None`` detects each folder's
-            (:mod:`~lightning_multigrid.data.frame_names`). Other files are never read as frames.
+            (:mod:`~lightning_multigrid.data.decoding.frame_names`). Other files are never read as frames.
         allow_frame_gaps: frame datasets: read folders whose frame numbers skip as consecutive
             frames, instead of skipping them as bad videos.
         manifest_kind: ``"video"`` or ``"frames"``; default ``"auto"`` tells from the content.
@@ -399,7 +398,7 @@ def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
 
     Returns:
         ``{"video": uint8 (N, C, T, H, W) or [slow, fast] (or an
-        :class:`~lightning_multigrid.data.device_decode.EncodedBatch` of JPEG clips), "label": int64 (N,) or float (N, K),
+        :class:`~lightning_multigrid.data.decoding.device.EncodedBatch` of JPEG clips), "label": int64 (N,) or float (N, K),
         "index": int64 (N,), "skipped": list of paths (concatenated, possibly repeated)}``,
         plus ``"view": int64 (N,)`` for evaluation samples.
 

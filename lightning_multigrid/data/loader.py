@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_multigrid.data.device_decode import EncodedBatch
+from lightning_multigrid.data.decoding.device import EncodedBatch
 
 __all__ = ["ChunkedBatches", "ChunkedDataLoader", "chunk", "join_batches"]
 

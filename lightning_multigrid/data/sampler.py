@@ -1,7 +1,7 @@
 """Batch sampling for multigrid training: one grid per iteration, equal length on every rank.
 
 :class:`ShortCycleBatchSampler` turns a stream of video indices into mini-batches of
-:class:`~lightning_multigrid.data.request.ClipRequest`, each batch at the grid the schedule gives
+:class:`~lightning_multigrid.data.clip_params.ClipRequest`, each batch at the grid the schedule gives
 for its iteration (the long-cycle grid of the epoch, the short-cycle position from the
 iteration). Workers decode straight to that grid; nothing downstream has to know about the
 schedule.
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Sized
 from torch.utils.data import BatchSampler, DistributedSampler, Sampler
 
 from lightning_multigrid._checks import check_int, check_positive_int
-from lightning_multigrid.data.request import ClipRequest
+from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.schedule import MultigridSchedule, count_batches
 
 __all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed"]

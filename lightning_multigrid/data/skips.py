@@ -1,7 +1,7 @@
 """One voice for skipped videos: each bad video is logged once per process, in every decode mode.
 
 The workers (:mod:`~lightning_multigrid.data.dataset`) and the device decode
-(:mod:`~lightning_multigrid.data.device_decode`) both report here, with the same words.
+(:mod:`~lightning_multigrid.data.decoding.device`) both report here, with the same words.
 """
 
 from __future__ import annotations

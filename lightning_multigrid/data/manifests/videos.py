@@ -108,7 +108,7 @@ class Manifest:
         class_names: names of classes ``0 .. num_classes-1``, when known.
         source: the manifest file or class-folder root it was read from.
         format: ``"video"`` (one encoded file per entry) or ``"frames"`` (a folder of JPEG
-            frames per entry, see :mod:`lightning_multigrid.data.frame_manifest`).
+            frames per entry, see :mod:`lightning_multigrid.data.manifests.frames`).
     """
 
     entries: tuple[VideoEntry, ...]
@@ -304,7 +304,7 @@ def load_manifest(
     """A manifest from a manifest file, a folder of class folders, or an already read one.
 
     A file whose paths are folders (``folder label [num_frames]``) or that is PySlowFast's
-    frame-list CSV is read as a frame dataset (:func:`~lightning_multigrid.data.frame_manifest.read_frame_manifest`).
+    frame-list CSV is read as a frame dataset (:func:`~lightning_multigrid.data.manifests.frames.read_frame_manifest`).
 
     Args:
         source: the manifest file, a folder per class, or a :class:`Manifest`.
@@ -312,7 +312,7 @@ def load_manifest(
         class_names: a class-names file or the names, for labels given as names.
         kind: ``"video"`` (``path label`` lines of video files), ``"frames"`` (a frame dataset), or
             ``"auto"``: told from the content
-            (:func:`~lightning_multigrid.data.frame_manifest.detect_manifest_kind`).
+            (:func:`~lightning_multigrid.data.manifests.frames.detect_manifest_kind`).
 
     Raises:
         FileNotFoundError: when the file or folder does not exist.
@@ -333,7 +333,7 @@ def load_manifest(
                 "do not pass `root` or `class_names`."
             )
         return read_folder_manifest(source)
-    from lightning_multigrid.data.frame_manifest import detect_manifest_kind, read_frame_manifest
+    from lightning_multigrid.data.manifests.frames import detect_manifest_kind, read_frame_manifest
 
     if kind == "auto" and Path(source).is_file():
         _check_root(root, default=Path(source).parent)

@@ -37,7 +37,7 @@ import torch
 from av.video.reformatter import VideoReformatter
 
 from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
-from lightning_multigrid.data.metadata import FrameTimestamps, MetadataCache, VideoMetadata
+from lightning_multigrid.data.decoding.metadata import FrameTimestamps, MetadataCache, VideoMetadata
 
 # The metadata types moved to `metadata`; importing them from here keeps working.
 __all__ = ["FrameTimestamps", "MetadataCache", "VideoDecodeError", "VideoMetadata", "VideoReader", "unreadable",

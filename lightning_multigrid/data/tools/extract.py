@@ -33,12 +33,12 @@ from pathlib import Path
 import av
 
 from lightning_multigrid._checks import check_int
-from lightning_multigrid.data.check import VideoCheck
 from lightning_multigrid.data.clip_params import resized_size
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, _describe
-from lightning_multigrid.data.frame_manifest import manifest_field, write_frame_manifest
-from lightning_multigrid.data.manifest import Manifest, VideoEntry
-from lightning_multigrid.data.processes import imap_in_processes
+from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, _describe
+from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
+from lightning_multigrid.data.manifests.videos import Manifest, VideoEntry
+from lightning_multigrid.data.tools.check import VideoCheck
+from lightning_multigrid.data.tools.processes import imap_in_processes
 
 __all__ = ["DONE_FILE", "ExtractReport", "extract_frames", "extract_video"]
 

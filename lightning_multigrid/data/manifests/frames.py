@@ -20,7 +20,7 @@ Two formats:
       46GP8 0 0 46GP8/46GP8-000001.jpg "118,31"
       46GP8 0 1 46GP8/46GP8-000002.jpg ""
 
-Both give a :class:`~lightning_multigrid.data.manifest.Manifest` with ``format="frames"``.
+Both give a :class:`~lightning_multigrid.data.manifests.videos.Manifest` with ``format="frames"``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from lightning_multigrid.data.manifest import (
+from lightning_multigrid.data.manifests.videos import (
     VIDEO_EXTENSIONS,
     Manifest,
     ManifestError,

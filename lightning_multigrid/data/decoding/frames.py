@@ -8,11 +8,11 @@ Decoding cost therefore falls with the grid, as the model's does; an mp4 decoder
 keyframe through the clip's whole span whatever the grid.
 
 Which files of a folder are frames, and their numbers, is the folder's filename template
-(:mod:`lightning_multigrid.data.frame_names`): optical flow, thumbnails and other files are never
+(:mod:`lightning_multigrid.data.decoding.frame_names`): optical flow, thumbnails and other files are never
 read as frames, and a gap in the numbers makes a bad video unless gaps are allowed.
 
 For decoding on the GPU the workers only read the JPEG bytes (:func:`read_encoded_clip`); see
-:mod:`lightning_multigrid.data.device_decode`.
+:mod:`lightning_multigrid.data.decoding.device`.
 
 Example::
 
@@ -33,10 +33,10 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
-from lightning_multigrid.data.decode import VideoDecodeError
-from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
-from lightning_multigrid.data.manifest import VideoEntry
-from lightning_multigrid.data.metadata import FrameFolder
+from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
+from lightning_multigrid.data.decoding.metadata import FrameFolder
+from lightning_multigrid.data.decoding.video import VideoDecodeError
+from lightning_multigrid.data.manifests.videos import VideoEntry
 
 __all__ = [
     "JPEG_EXTENSIONS",
@@ -61,7 +61,7 @@ def open_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -
 
     Args:
         entry: the video: a folder, or (frame-list CSV) its listed frame files.
-        layout: which files of a folder are frames (see :mod:`lightning_multigrid.data.frame_names`).
+        layout: which files of a folder are frames (see :mod:`lightning_multigrid.data.decoding.frame_names`).
 
     Raises:
         VideoDecodeError: when the folder does not exist, cannot be listed or holds no frames, when
@@ -167,7 +167,7 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None
     The header check (a JPEG of the folder's frame size, with its end marker) catches missing,
     non-JPEG, resized and truncated frames in the worker, where the clip can still be replaced.
     Damage inside the compressed data shows only when the device decodes it
-    (:func:`~lightning_multigrid.data.device_decode.decode_clips` finds, names and replaces it).
+    (:func:`~lightning_multigrid.data.decoding.device.decode_clips` finds, names and replaces it).
 
     Args:
         folder: the video's frames.

@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_multigrid.data.decode import VideoDecodeError, VideoReader, unreadable
-from lightning_multigrid.data.frame_names import DEFAULT_LAYOUT, FrameLayout
-from lightning_multigrid.data.frames import check_frame_folder
-from lightning_multigrid.data.manifest import Manifest, VideoEntry
-from lightning_multigrid.data.metadata import FrameFolder, MetadataCache, VideoMetadata
-from lightning_multigrid.data.processes import imap_in_processes
+from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
+from lightning_multigrid.data.decoding.frames import check_frame_folder
+from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
+from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, unreadable
+from lightning_multigrid.data.manifests.videos import Manifest, VideoEntry
+from lightning_multigrid.data.tools.processes import imap_in_processes
 
 __all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
 

@@ -1,0 +1,1 @@
+"""Manifests: which videos a dataset holds and their labels (video files or frame folders)."""

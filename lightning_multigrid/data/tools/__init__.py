@@ -1,0 +1,1 @@
+"""The data command-line tools: ``extract-frames`` and ``check-data``, and their process pool."""
