@@ -59,7 +59,7 @@ from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifests.videos import load_manifest
+from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import write_video
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule

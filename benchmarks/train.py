@@ -51,7 +51,7 @@ from _memory import TrainFramesInMemory  # benchmarks/ is on sys.path when run a
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.manifests.videos import load_manifest
+from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.module import VideoClassifier

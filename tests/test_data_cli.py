@@ -10,7 +10,8 @@ import pytest
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.manifests.videos import read_class_names, read_manifest
+from lightning_multigrid.data.manifests.entries import read_class_names
+from lightning_multigrid.data.manifests.videos import read_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, ensure_synthetic_dataset, render_synthetic_video
 from lightning_multigrid.data.tools.check import check_videos
 

@@ -11,8 +11,9 @@ import torch
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import eval_clip_params
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
+from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest
-from lightning_multigrid.data.manifests.videos import VideoEntry, load_manifest
+from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.extract import DONE_FILE, extract_frames, extract_video
 
 from conftest import VideoFactory

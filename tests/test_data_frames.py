@@ -16,8 +16,9 @@ from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.decoding.video import VideoDecodeError
-from lightning_multigrid.data.manifests.frames import is_frame_manifest, read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.manifests.videos import ManifestError, VideoEntry, load_manifest
+from lightning_multigrid.data.manifests.entries import ManifestError, VideoEntry
+from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
+from lightning_multigrid.data.manifests.load import is_frame_manifest, load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
 
 from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFactory

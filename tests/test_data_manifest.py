@@ -8,16 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lightning_multigrid.data.manifests.videos import (
-    Manifest,
-    ManifestError,
-    VideoEntry,
-    load_manifest,
-    read_class_names,
-    read_folder_manifest,
-    read_manifest,
-    write_manifest,
-)
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
+from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
 
 
 def write(path: Path, text: str) -> Path:

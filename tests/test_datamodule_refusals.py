@@ -13,7 +13,7 @@ from test_datamodule import BASE, TinyVideoNet, make_datamodule, make_schedule
 
 from lightning_multigrid import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.data.manifests.videos import ManifestError
+from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.synthetic import SyntheticDataset
 
 

@@ -13,17 +13,10 @@ from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_fol
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, probe_video
 from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.manifests.videos import (
-    Manifest,
-    ManifestError,
-    VideoEntry,
-    load_manifest,
-    read_class_names,
-    read_folder_manifest,
-    read_manifest,
-    write_manifest,
-)
+from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
 from lightning_multigrid.data.tools.extract import extract_frames
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from lightning_multigrid.data.manifests.videos import Manifest, ManifestError
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
 from lightning_multigrid.schedule import MultigridSchedule, count_batches
 
 __all__ = ["check_drop_last", "check_eval_labels"]

@@ -36,7 +36,8 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_batch
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.loader import ChunkedDataLoader
-from lightning_multigrid.data.manifests.videos import ManifestKind, check_manifest_kind, load_manifest
+from lightning_multigrid.data.manifests.entries import ManifestKind, check_manifest_kind
+from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import check_texture_cell, ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.schedule import (

@@ -48,7 +48,8 @@ from lightning_multigrid.data.decoding.video import (
     decoder_threads_per_worker,
     unreadable,
 )
-from lightning_multigrid.data.manifests.videos import Manifest, ManifestKind, load_manifest
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
+from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]

@@ -36,7 +36,7 @@ from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.metadata import FrameFolder
 from lightning_multigrid.data.decoding.video import VideoDecodeError
-from lightning_multigrid.data.manifests.videos import VideoEntry
+from lightning_multigrid.data.manifests.entries import VideoEntry
 
 __all__ = [
     "JPEG_EXTENSIONS",

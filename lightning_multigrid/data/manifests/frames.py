@@ -20,7 +20,7 @@ Two formats:
       46GP8 0 0 46GP8/46GP8-000001.jpg "118,31"
       46GP8 0 1 46GP8/46GP8-000002.jpg ""
 
-Both give a :class:`~lightning_multigrid.data.manifests.videos.Manifest` with ``format="frames"``.
+Both give a :class:`~lightning_multigrid.data.manifests.entries.Manifest` with ``format="frames"``.
 """
 
 from __future__ import annotations
@@ -30,81 +30,19 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from lightning_multigrid.data.manifests.videos import (
-    VIDEO_EXTENSIONS,
+from lightning_multigrid.data.manifests.entries import (
     Manifest,
     ManifestError,
     VideoEntry,
-    _check_root,
-    _parse_labels,
-    _parses,
-    _resolve_class_names,
-    _split_line,
+    check_root,
+    labels_parse,
+    parse_labels,
+    resolve_class_names,
 )
 
-__all__ = [
-    "FRAME_CSV_HEADER",
-    "detect_manifest_kind",
-    "is_frame_manifest",
-    "manifest_field",
-    "read_frame_manifest",
-    "write_frame_manifest",
-]
+__all__ = ["FRAME_CSV_HEADER", "manifest_field", "read_frame_manifest", "split_fields", "write_frame_manifest"]
 
 FRAME_CSV_HEADER: tuple[str, ...] = ("original_vido_id", "video_id", "frame_id", "path", "labels")
-
-
-def is_frame_manifest(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> bool:
-    """Whether a manifest file lists frame folders (or is a frame-list CSV) rather than video files.
-
-    ``False`` also when the content cannot tell (see :func:`detect_manifest_kind`).
-    """
-    return Path(path).is_file() and detect_manifest_kind(path, root) == "frames"
-
-
-def detect_manifest_kind(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> str | None:
-    """``"video"`` or ``"frames"`` from a manifest's content, ``None`` when it cannot tell.
-
-    PySlowFast's header makes a frame-list CSV. Otherwise each of the first lines votes: a path
-    with a video extension (``.mp4``, ...) for video; a third, integer field (``folder label
-    num_frames``) for frames; else, on the first 20 lines, an existing directory under the root
-    for frames and an existing file for video. Missing entries at the top, commas and a wrong
-    root do not turn a frame manifest into a video manifest.
-    """
-    file = Path(path)
-    base = Path(root) if root is not None else file.parent
-    votes = {"video": 0, "frames": 0}
-    with file.open(encoding="utf-8-sig") as handle:
-        data = [line for raw in handle if (line := raw.strip()) and not line.startswith("#")]
-    if not data:
-        return "video"  # its reader says that it lists no videos
-    if tuple(data[0].split()[:5]) == FRAME_CSV_HEADER:
-        return "frames"
-    for number, line in enumerate(data[:1000]):
-        vote = _vote(line, base if number < 20 else None)
-        if vote is not None:
-            votes[vote] += 1
-    if votes["video"] == votes["frames"]:
-        return None
-    return "video" if votes["video"] > votes["frames"] else "frames"
-
-
-def _vote(line: str, base: Path | None) -> str | None:
-    candidates = [video for video, _ in _split_line(line)]
-    if any(Path(c).suffix.lower() in VIDEO_EXTENSIONS for c in candidates):
-        return "video"
-    splits = [f for f in _splits(line) if len(f) in (2, 3) and f[0] and f[1]]
-    # `folder label num_frames` in the first reading that has 2-3 fields: a frame count (labels
-    # may be names here). `clip 1,2,3` is a multi-label 2-field line, not a frame count.
-    if splits and len(splits[0]) == 3 and splits[0][2].isdigit():
-        return "frames"
-    if base is not None:
-        paths = [f[0] for f in splits]
-        if any((base / p).is_dir() for p in [*paths, *candidates]):
-            return "frames"
-        if any((base / p).is_file() for p in candidates):
-            return "video"
-    return None
 
 
 def read_frame_manifest(
@@ -131,8 +69,8 @@ def read_frame_manifest(
     file = Path(path)
     if not file.is_file():
         raise FileNotFoundError(f"Frame manifest {file} does not exist: check the manifest path.")
-    base = _check_root(root, default=file.parent)
-    names = _resolve_class_names(class_names)
+    base = check_root(root, default=file.parent)
+    names = resolve_class_names(class_names)
     index_of = {name: i for i, name in enumerate(names)} if names is not None else None
     with file.open(encoding="utf-8-sig") as handle:  # -sig: a byte-order mark is not part of line 1
         numbered = [(n, raw.strip()) for n, raw in enumerate(handle, start=1)]
@@ -200,16 +138,16 @@ def manifest_field(folder: str) -> str:
 def _frame_fields(line: str, index_of: dict[str, int] | None) -> list[str] | None:
     """``[folder, label, (num_frames)]`` of a line separated by whitespace (folder possibly in double
     quotes) or by commas (as a spreadsheet saves it), whichever reads; ``None`` when neither does."""
-    for fields in _splits(line):
-        if len(fields) in (2, 3) and fields[0] and _parses(fields[1], index_of) and (
+    for fields in split_fields(line):
+        if len(fields) in (2, 3) and fields[0] and labels_parse(fields[1], index_of) and (
             len(fields) == 2 or fields[2].isdigit()
         ):
             return fields
     return None
 
 
-def _splits(line: str) -> list[list[str]]:
-    """The line split on whitespace (honouring double quotes), then on commas."""
+def split_fields(line: str) -> list[list[str]]:
+    """Readings of a frame manifest line: split on whitespace (honouring double quotes), then on commas."""
     if line.startswith('"'):
         spaced = next(csv.reader([line.replace("\t", " ")], delimiter=" ", skipinitialspace=True))
     else:
@@ -233,7 +171,7 @@ def _read_folder_line(
         if not fields[2].isdigit() or int(fields[2]) < 1:
             raise ManifestError(f"{file}:{line_number}: `num_frames` {fields[2]!r} is not a positive integer in {line!r}.")
         num_frames = int(fields[2])
-    labels = _parse_labels(fields[1], index_of, file, line_number, line)
+    labels = parse_labels(fields[1], index_of, file, line_number, line)
     return VideoEntry(str(base / fields[0]), labels, num_frames, line_number=line_number)
 
 
@@ -264,7 +202,7 @@ def _read_frame_csv(
         first_line.setdefault(video, line_number)
         found = labels.setdefault(video, set())
         if label_field:
-            found.update(_parse_labels(label_field, index_of, file, line_number, line))
+            found.update(parse_labels(label_field, index_of, file, line_number, line))
     entries = []
     for video, listed in frames.items():
         paths = tuple(p for _, p in sorted(listed))

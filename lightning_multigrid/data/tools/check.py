@@ -25,7 +25,7 @@ from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameL
 from lightning_multigrid.data.decoding.frames import check_frame_folder
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, unreadable
-from lightning_multigrid.data.manifests.videos import Manifest, VideoEntry
+from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.tools.processes import imap_in_processes
 
 __all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]

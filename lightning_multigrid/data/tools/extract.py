@@ -35,8 +35,8 @@ import av
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, _describe
+from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
-from lightning_multigrid.data.manifests.videos import Manifest, VideoEntry
 from lightning_multigrid.data.tools.check import VideoCheck
 from lightning_multigrid.data.tools.processes import imap_in_processes
 
