@@ -16,7 +16,7 @@ from lightning_multigrid.data.clip_params import (
     sample_clip_params,
     span_frames,
 )
-from lightning_multigrid.data.decoding.video import FrameTimestamps, VideoMetadata
+from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata
 
 
 def metadata(num_frames: int = 24, width: int = 64, height: int = 48) -> VideoMetadata:

@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule

@@ -12,13 +12,9 @@ import pytest
 import torch
 
 from lightning_multigrid.data.clip_params import ClipParams
-from lightning_multigrid.data.decoding.video import (
-    MetadataCache,
-    VideoDecodeError,
-    VideoMetadata,
-    VideoReader,
-    probe_video,
-)
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.metadata import MetadataCache, VideoMetadata
+from lightning_multigrid.data.decoding.video import VideoReader, probe_video
 from lightning_multigrid.data.synthetic import SyntheticDataset, write_video
 
 from conftest import BROKEN_KINDS, BrokenKind, VideoFactory

@@ -20,9 +20,9 @@ from PIL import Image
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import decode_batch, decode_clips
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.frames import open_frame_folder
-from lightning_multigrid.data.decoding.video import VideoDecodeError
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.check import check_videos

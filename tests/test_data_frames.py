@@ -13,9 +13,9 @@ from PIL import Image
 from lightning_multigrid.data.clip_params import ClipRequest, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.decoding.video import VideoDecodeError
 from lightning_multigrid.data.manifests.entries import ManifestError, VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
 from lightning_multigrid.data.manifests.load import is_frame_manifest, load_manifest

@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule, normalize_video
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
-from lightning_multigrid.data.decoding.video import VideoDecodeError
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule

@@ -8,10 +8,11 @@ in the workers or batched on the GPU) give the same clips from the same seeds. E
 from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips, slowfast_pathways
 from lightning_multigrid.data.decoding.device import DeviceDecode, EncodedBatch, decode_batch, decode_clips
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
-from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, probe_video
+from lightning_multigrid.data.decoding.video import VideoReader, probe_video
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest

@@ -1,6 +1,7 @@
 """Where a clip comes from: frame indices, resize, crop box and flip, as plain numbers.
 
-Pure functions, no decoding and no torch, in the draw-then-apply style of torchvision's
+Pure functions, no decoding and no torch (the last step, :func:`assemble_clip`, is numpy), in the
+draw-then-apply style of torchvision's
 transforms v2: :func:`sample_clip_params` draws every random number of a training clip from
 ``random.Random(request.seed)`` (so a seeded run is the same whatever the number of workers),
 :func:`eval_clip_params` places the deterministic views of validation and test, and
@@ -22,11 +23,16 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+import numpy as np
+
 __all__ = [
     "ClipParams",
+    "assemble_clip",
+    "distinct_frames",
     "ClipRequest",
     "ClipSource",
     "check_clip_params",
@@ -255,3 +261,20 @@ def check_clip_params(params: ClipParams, num_frames: int, source: str) -> None:
             f"The crop box (x={params.crop_x}, y={params.crop_y}, size={params.crop_size}) does not fit "
             f"the resized frame {params.resize_width}x{params.resize_height}."
         )
+
+
+def distinct_frames(params: ClipParams) -> tuple[list[int], tuple[int, ...]]:
+    """``(wanted, order)``: the clip's distinct source frames, sorted (each is read once), and for
+    each output frame its position in ``wanted``."""
+    wanted = sorted(set(params.frame_indices))
+    position = {index: k for k, index in enumerate(wanted)}
+    return wanted, tuple(position[i] for i in params.frame_indices)
+
+
+def assemble_clip(frames: np.ndarray, order: Sequence[int], flip: bool) -> np.ndarray:
+    """The clip from its distinct decoded frames ``(K, H, W, C)``: frames in output ``order``, flipped
+    left-right when ``flip``, as a contiguous ``(C, T, H, W)`` array."""
+    clip = frames[list(order)]  # (T, H, W, C), a copy
+    if flip:
+        clip = clip[:, :, ::-1]
+    return np.ascontiguousarray(clip.transpose(3, 0, 1, 2))

@@ -535,7 +535,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
         A clip that fails to decode is a skip, as in the workers: it is replaced by a good clip of
         the batch, whose label, index (and view) replace its own, and its video is added to
-        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decoding.video.VideoDecodeError`).
+        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decoding.errors.VideoDecodeError`).
         """
         decoded = decode_batch(batch["video"], device, strict=self.strict)
         video = decoded.video

@@ -21,7 +21,7 @@ video, chosen deterministically from the request's seed (distinct videos, at mos
 CSV) and reason are logged once per process (logger ``lightning_multigrid.data``) and the name
 travels with the sample in ``"skipped"`` so the main process can count distinct skipped videos.
 All bookkeeping is per video, never per folder. With ``strict=True`` the
-:class:`~lightning_multigrid.data.decoding.video.VideoDecodeError` (path and reason) is raised.
+:class:`~lightning_multigrid.data.decoding.errors.VideoDecodeError` (path and reason) is raised.
 Configuration mistakes (missing or empty manifest, bad root) raise at construction.
 """
 
@@ -38,16 +38,11 @@ from torch.utils.data import Dataset
 from lightning_multigrid._checks import check_bool, check_positive_int
 from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
 from lightning_multigrid.data.decoding.device import EncodedBatch
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache
-from lightning_multigrid.data.decoding.video import (
-    Interpolation,
-    VideoDecodeError,
-    VideoReader,
-    decoder_threads_per_worker,
-    unreadable,
-)
+from lightning_multigrid.data.decoding.video import Interpolation, VideoReader, decoder_threads_per_worker
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip

@@ -18,7 +18,7 @@ path (PIL's DCT-scaled decode and box resize) within JPEG and resampling error.
 A frame damaged inside its compressed data passes the workers' header check and fails only here:
 :func:`decode_batch` then finds the failing clips, names video and frame, and replaces them with
 good clips of the same batch (counted and logged as the workers count and log a skip); with
-``strict`` it raises :class:`~lightning_multigrid.data.decoding.video.VideoDecodeError`.
+``strict`` it raises :class:`~lightning_multigrid.data.decoding.errors.VideoDecodeError`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import EncodedClip
-from lightning_multigrid.data.decoding.video import VideoDecodeError
 from lightning_multigrid.data.skips import report_skip
 
 __all__ = ["DeviceDecode", "EncodedBatch", "decode_batch", "decode_clips", "decode_jpegs", "jpeg_decoder"]

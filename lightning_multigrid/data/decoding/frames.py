@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
+from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.metadata import FrameFolder
-from lightning_multigrid.data.decoding.video import VideoDecodeError
 from lightning_multigrid.data.manifests.entries import VideoEntry
 
 __all__ = [
@@ -86,7 +86,7 @@ def _list_frames(entry: VideoEntry, layout: FrameLayout) -> list[str]:
     try:
         files = os.listdir(folder)
     except OSError as error:  # permissions, a folder removed meanwhile, a broken mount
-        raise VideoDecodeError(folder, f"the frame folder cannot be listed ({_describe(error)})") from None
+        raise VideoDecodeError(folder, f"the frame folder cannot be listed ({describe_error(error)})") from None
     try:
         frames = select_frames(folder, files, layout)
     except FrameNameError as error:
@@ -111,16 +111,12 @@ def read_clip(folder: FrameFolder, params: ClipParams) -> torch.Tensor:
             size than the first frame.
     """
     check_clip_params(params, folder.num_frames, folder.path)
-    wanted = sorted(set(params.frame_indices))
+    wanted, order = distinct_frames(params)
     crop = params.crop_size
     frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
     for k, index in enumerate(wanted):
         frames[k] = _decode_frame(folder, index, params)
-    position = {index: k for k, index in enumerate(wanted)}
-    clip = frames[[position[i] for i in params.frame_indices]]  # (T, H, W, C), a copy
-    if params.flip:
-        clip = clip[:, :, ::-1]
-    return torch.from_numpy(np.ascontiguousarray(clip.transpose(3, 0, 1, 2)))
+    return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
 
 class EncodedClip:
@@ -178,7 +174,7 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None
         VideoDecodeError: as :func:`read_clip`, for what the header shows.
     """
     check_clip_params(params, folder.num_frames, folder.path)
-    wanted = sorted(set(params.frame_indices))
+    wanted, order = distinct_frames(params)
     jpegs = []
     for index in wanted:
         path = folder.frame_path(index)
@@ -193,8 +189,6 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None
         if not data.rstrip(b"\x00\r\n").endswith(b"\xff\xd9"):
             raise VideoDecodeError(folder.path, f"frame {path} is truncated (no JPEG end marker)")
         jpegs.append(data)
-    position = {index: k for k, index in enumerate(wanted)}
-    order = tuple(position[i] for i in params.frame_indices)
     paths = tuple(folder.frame_path(i) for i in wanted)
     return EncodedClip(jpegs, order, params, video or folder.path, paths)
 
@@ -217,7 +211,7 @@ def check_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) 
         except FileNotFoundError:
             raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
         except _IMAGE_ERRORS as error:
-            raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({_describe(error)})") from None
+            raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
     return folder
 
 
@@ -249,7 +243,7 @@ def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.nda
     except FileNotFoundError:
         raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
     except _IMAGE_ERRORS as error:
-        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({_describe(error)})") from None
+        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
 
 
 def _jpeg_size(path: str, folder: str) -> tuple[int, int]:
@@ -259,7 +253,7 @@ def _jpeg_size(path: str, folder: str) -> tuple[int, int]:
     except FileNotFoundError:
         raise VideoDecodeError(folder, f"frame {path} is missing") from None
     except OSError as error:
-        raise VideoDecodeError(folder, f"frame {path} cannot be read ({_describe(error)})") from None
+        raise VideoDecodeError(folder, f"frame {path} cannot be read ({describe_error(error)})") from None
 
 
 def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
@@ -270,7 +264,7 @@ def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
                 raise VideoDecodeError(folder, f"frame {path} is not a JPEG ({image.format})")
             return image.size
     except _IMAGE_ERRORS as error:
-        raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({_describe(error)})") from None
+        raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({describe_error(error)})") from None
 
 
 def _pattern_of(folder: str, paths: list[str]) -> tuple[str, int, int, str] | None:
@@ -294,8 +288,3 @@ def _size_message(path: str, size: tuple[int, int], folder: FrameFolder) -> str:
         f"frame {path} is {size[0]}x{size[1]}, the folder's first frame {folder.width}x{folder.height}: "
         "frames of one video must share a size"
     )
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -29,39 +29,20 @@ import os
 from collections.abc import Iterator
 from fractions import Fraction
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 import av
 import numpy as np
 import torch
 from av.video.reformatter import VideoReformatter
 
-from lightning_multigrid.data.clip_params import ClipParams, check_clip_params
-from lightning_multigrid.data.decoding.metadata import FrameTimestamps, MetadataCache, VideoMetadata
+from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
+from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata
 
-# The metadata types moved to `metadata`; importing them from here keeps working.
-__all__ = ["FrameTimestamps", "MetadataCache", "VideoDecodeError", "VideoMetadata", "VideoReader", "unreadable",
-           "decoder_threads_per_worker", "probe_video"]
+__all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "probe_video"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
-
-
-class VideoDecodeError(RuntimeError):
-    """A video cannot be opened or decoded.
-
-    Attributes:
-        path: the file.
-        reason: what went wrong, in words.
-    """
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"Cannot decode video {path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Exceptions cross process boundaries (DataLoader workers, check-data's pool) by pickling.
-        return (type(self), (self.path, self.reason))
 
 
 class VideoReader:
@@ -102,7 +83,7 @@ class VideoReader:
         try:
             self._container = av.open(self.path)
         except (av.FFmpegError, OSError) as error:
-            raise VideoDecodeError(self.path, f"not a readable video container ({_describe(error)})") from None
+            raise VideoDecodeError(self.path, f"not a readable video container ({describe_error(error)})") from None
         try:
             if not self._container.streams.video:
                 kinds = sorted(str(s.type) for s in self._container.streams)
@@ -139,7 +120,7 @@ class VideoReader:
         """
         meta = self.metadata
         check_clip_params(params, meta.num_frames, self.path)
-        wanted = sorted(set(params.frame_indices))
+        wanted, order = distinct_frames(params)
         wanted_pts = [meta.timestamps[i] for i in wanted]
         crop = params.crop_size
         frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
@@ -153,18 +134,14 @@ class VideoReader:
                 if found >= 0:
                     break
         except (av.FFmpegError, OSError) as error:
-            raise VideoDecodeError(self.path, f"decoding failed ({_describe(error)})") from None
+            raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
         if found < len(wanted):
             raise VideoDecodeError(
                 self.path,
                 f"decoding stopped after {found} of the {len(wanted)} frames the clip needs "
                 f"(frame {wanted[found]} of {meta.num_frames} never came): the file is probably truncated",
             )
-        position = {index: k for k, index in enumerate(wanted)}
-        clip = frames[[position[i] for i in params.frame_indices]]  # (T, H, W, C), a copy
-        if params.flip:
-            clip = clip[:, :, ::-1]
-        return torch.from_numpy(np.ascontiguousarray(clip.transpose(3, 0, 1, 2)))
+        return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
     def decode_all(self) -> int:
         """Decode every frame (no conversion), to check the file; returns the frame count.
@@ -176,7 +153,7 @@ class VideoReader:
             self._container.seek(0, stream=self._stream, backward=True, any_frame=False)
             return sum(1 for _ in self._container.decode(self._stream))
         except (av.FFmpegError, OSError) as error:
-            raise VideoDecodeError(self.path, f"decoding failed ({_describe(error)})") from None
+            raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
 
     def _decode_into(
         self, out: np.ndarray, wanted_pts: list[int], params: ClipParams, seek_pts: int | None
@@ -258,7 +235,7 @@ class VideoReader:
                     keyframes.add(pts)
         except (av.FFmpegError, OSError) as error:
             raise VideoDecodeError(
-                self.path, f"reading packets failed after {packets} frames ({_describe(error)})"
+                self.path, f"reading packets failed after {packets} frames ({describe_error(error)})"
             ) from None
         return pts_list, keyframes, packets
 
@@ -315,14 +292,3 @@ def probe_video(path: str | os.PathLike[str]) -> VideoMetadata:
     """
     with VideoReader(str(path)) as video:
         return video.metadata
-
-
-def unreadable(error: OSError) -> str:
-    """The skip reason of a file the system will not read (permissions, a file gone meanwhile):
-    the same words in training and in ``check-data``."""
-    return f"cannot be read ({_describe(error)})"
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

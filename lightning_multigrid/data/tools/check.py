@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import check_frame_folder
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
-from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, unreadable
+from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.tools.processes import imap_in_processes
 

@@ -34,7 +34,8 @@ import av
 
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
-from lightning_multigrid.data.decoding.video import VideoDecodeError, VideoReader, _describe
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
+from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
 from lightning_multigrid.data.tools.check import VideoCheck
@@ -125,7 +126,7 @@ def extract_video(
                 written += 1
                 image.save(out / FRAME_NAME.format(written), quality=quality)
     except (av.FFmpegError, OSError) as error:
-        raise VideoDecodeError(video, f"decoding failed after {written} frames ({_describe(error)})") from None
+        raise VideoDecodeError(video, f"decoding failed after {written} frames ({describe_error(error)})") from None
     if written == 0:
         raise VideoDecodeError(video, "no frame could be decoded")
     # Written last: its presence means the folder is complete (with these settings).
