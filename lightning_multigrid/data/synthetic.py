@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -38,6 +37,7 @@ import av
 import numpy as np
 
 from lightning_multigrid._checks import check_int
+from lightning_multigrid.data.tools.processes import map_in_processes
 
 __all__ = [
     "SYNTHETIC_CLASS_NAMES",
@@ -358,13 +358,8 @@ def check_texture_cell(name: str, texture_cell: int | None, width: int = 160, he
 
 def _write_all(jobs: list[tuple[str, int, int, int, int, float, int | None, list[int]]], workers: int | None) -> None:
     """Encode the videos of ``jobs``, in a process pool unless there are only a few."""
-    processes = min(workers or os.cpu_count() or 1, len(jobs))
-    if processes <= 1 or len(jobs) < 8:
-        for job in jobs:
-            _write_one(job)
-    else:
-        with ProcessPoolExecutor(processes) as pool:
-            list(pool.map(_write_one, jobs, chunksize=max(1, len(jobs) // (4 * processes))))
+    for _ in map_in_processes(_write_one, jobs, 1 if len(jobs) < 8 else workers, chunksize=None):
+        pass
 
 
 def _write_one(job: tuple[str, int, int, int, int, float, int | None, list[int]]) -> None:

@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from lightning_multigrid.data.decoding.frames import check_frame_folder
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
-from lightning_multigrid.data.tools.processes import imap_in_processes
+from lightning_multigrid.data.tools.processes import map_in_processes
 
 __all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
 
@@ -128,19 +127,12 @@ def check_videos(
     else:
         items = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
         check = check_video
-    processes = min((os.cpu_count() or 1) if workers is None else workers, len(items))
     bar = tqdm(total=len(items), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
     results: list[VideoCheck] = []
     with bar:
-        if processes <= 1:
-            for item in items:
-                results.append(check(item))
-                bar.update()
-        else:
-            chunk = max(1, min(16, len(items) // (8 * processes)))
-            for result in imap_in_processes(check, items, processes, chunk):
-                results.append(result)
-                bar.update()
+        for result in map_in_processes(check, items, workers, chunksize=None):
+            results.append(result)
+            bar.update()
     return CheckReport(tuple(results))
 
 

@@ -39,7 +39,7 @@ from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
 from lightning_multigrid.data.tools.check import VideoCheck
-from lightning_multigrid.data.tools.processes import imap_in_processes
+from lightning_multigrid.data.tools.processes import map_in_processes
 
 __all__ = ["DONE_FILE", "ExtractReport", "extract_frames", "extract_video"]
 
@@ -260,11 +260,9 @@ def _run_jobs(
     """Extract the videos of ``jobs`` in this process or a process pool, recording each result."""
     from tqdm import tqdm
 
-    processes = min((os.cpu_count() or 1) if workers is None else workers, len(jobs))
     bar = tqdm(total=len(jobs), unit="video", desc="extract-frames", disable=not progress, file=sys.stderr)
-    results = map(_run_job, jobs) if processes <= 1 else imap_in_processes(_run_job, jobs, processes)
     with bar:
-        for job, (count, error) in zip(jobs, results):
+        for job, (count, error) in zip(jobs, map_in_processes(_run_job, jobs, workers)):
             _record(job, count, error, done, failures)
             bar.update()
 

@@ -1,4 +1,5 @@
-"""Worker processes that never outlive an interrupted command (``extract-frames``, ``check-data``).
+"""Worker processes that never outlive an interrupted command (``extract-frames``, ``check-data``,
+``make-synthetic``): the one process pool of the package.
 
 ``concurrent.futures.ProcessPoolExecutor`` leaves its workers running when the main process is
 killed by ``SIGTERM`` (the default handler exits without any clean-up): they go on writing, then
@@ -10,13 +11,14 @@ Ctrl-C reaches the whole process group) and leave the stopping to the main proce
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 from typing import TypeVar
 
-__all__ = ["imap_in_processes"]
+__all__ = ["imap_in_processes", "map_in_processes"]
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -39,6 +41,25 @@ def imap_in_processes(
             yield from pool.imap(function, items, chunksize)
         finally:
             restore()
+
+
+def map_in_processes(
+    function: Callable[[Item], Result], items: Sequence[Item], workers: int | None, chunksize: int | None = 1
+) -> Iterator[Result]:
+    """``function(item)`` for each item, in order: in this process when ``workers`` is 0 or 1 (or
+    there is one item), else in ``min(workers, len(items))`` processes (``None``: one per core)
+    by :func:`imap_in_processes`.
+
+    Args:
+        chunksize: items per task sent to a worker; ``None`` sizes chunks for about 8 per process
+            (at most 16 items each), for many cheap items.
+    """
+    processes = min((os.cpu_count() or 1) if workers is None else workers, len(items))
+    if processes <= 1:
+        return map(function, items)
+    if chunksize is None:
+        chunksize = max(1, min(16, len(items) // (8 * processes)))
+    return imap_in_processes(function, items, processes, chunksize)
 
 
 def _ignore_sigint() -> None:
