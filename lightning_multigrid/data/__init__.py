@@ -6,7 +6,7 @@ in the workers or batched on the GPU) give the same clips from the same seeds. E
 """
 
 from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
-from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips, slowfast_pathways
+from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import DeviceDecode, EncodedBatch, decode_batch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
@@ -20,6 +20,7 @@ from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = [
     "ChunkedDataLoader",

@@ -46,18 +46,11 @@ from lightning_multigrid.data.decoding.video import Interpolation, VideoReader, 
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
+from lightning_multigrid.models.pathways import slowfast_pathways
 
-__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips", "slowfast_pathways"]
+__all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips"]
 
 Sample = dict[str, Any]
-
-def slowfast_pathways(video: torch.Tensor, alpha: int) -> list[torch.Tensor]:
-    """SlowFast input ``[slow, fast]`` from a clip ``(C, T, H, W)``: slow is every ``alpha``-th frame.
-
-    Slow has ``ceil(T / alpha)`` frames, starting with the first.
-    """
-    return [video[:, ::alpha], video]
-
 
 class _VideoDataset:
     """What training and evaluation share: manifest, labels, metadata cache, bad-video handling."""

@@ -3,12 +3,14 @@ backbones by name.
 
 - :mod:`~lightning_multigrid.models.heads`: :func:`make_multigrid_compatible` and the pooling surgery;
 - :mod:`~lightning_multigrid.models.preflight`: :func:`preflight`, one tiny forward per grid;
+- :mod:`~lightning_multigrid.models.pathways`: :func:`slowfast_pathways`, the one ``[slow, fast]`` split;
 - :mod:`~lightning_multigrid.models.backbones`: :func:`build_backbone`, :class:`TinyVideoNet`;
 - :mod:`~lightning_multigrid.models.weights`: :func:`load_weights`, pretrained weights by name or file.
 """
 
 from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
 from lightning_multigrid.models.heads import convert_head_pooling, find_fixed_head_pools, make_multigrid_compatible
+from lightning_multigrid.models.pathways import slowfast_pathways
 from lightning_multigrid.models.preflight import FixedHeadPoolWarning, preflight
 from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
 
@@ -25,5 +27,6 @@ __all__ = [
     "load_weights",
     "make_multigrid_compatible",
     "preflight",
+    "slowfast_pathways",
     "weights_names",
 ]

@@ -17,6 +17,7 @@ from torch import nn
 
 from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.models.heads import find_fixed_head_pools
+from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = ["FixedHeadPoolWarning", "preflight"]
 
@@ -61,7 +62,7 @@ def preflight(
             ``schedule.distinct_grids()``.
         num_channels: input channels ``C`` of the ``(N, C, T, H, W)`` clip.
         slowfast_alpha: for a two-pathway (SlowFast) model, the frame-rate ratio: the input is
-            ``[clip[:, :, ::alpha], clip]`` (slow, fast). ``None`` for one-pathway models.
+            ``slowfast_pathways(clip, alpha)`` (slow, fast). ``None`` for one-pathway models.
         batch_size: clips per check forward.
         device: where to run; default: the device of the model's first parameter (CPU when it
             has none).
@@ -105,7 +106,7 @@ def preflight(
         for num_frames, crop_size in shapes:
             clip = torch.zeros(batch_size, num_channels, num_frames, crop_size, crop_size, device=device, dtype=dtype)
             inputs: torch.Tensor | list[torch.Tensor] = (
-                clip if slowfast_alpha is None else [clip[:, :, ::slowfast_alpha], clip]
+                clip if slowfast_alpha is None else slowfast_pathways(clip, slowfast_alpha)
             )
             shape = _output_shape(model, inputs, (num_frames, crop_size), entered)
             first = first or ((num_frames, crop_size), shape)
