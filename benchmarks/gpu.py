@@ -371,7 +371,7 @@ def loader_sources(setup: Setup, data: dict[str, Any], nvdec: bool) -> dict[str,
         "mp4 gop12 (workers)": TrainVideoDataset(manifests["mp4 gop12"]),
         "frames (workers)": TrainVideoDataset(manifests["frames"]),
         # Decoded on `setup.device`: the GPU, or the CPU in --smoke.
-        "frames (device decode)": TrainVideoDataset(manifests["frames"], return_encoded=True),
+        "frames (device decode)": TrainVideoDataset(manifests["frames"], frame_decode="device"),
     }
     if nvdec:
         sources["mp4 gop12 (NVDEC, main process)"] = NvdecClips(manifests["mp4 gop12"])
@@ -396,7 +396,7 @@ def stage_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any])
     (bytes only), the device decoding batches already read (nvjpeg, resize, crop, flip), and the
     host-to-device copy of a batch the workers decoded (uint8, pinned). The model's step is ``model``."""
     manifest = Path(data["loader_manifests"]["frames"])
-    encoded = TrainVideoDataset(manifest, return_encoded=True)
+    encoded = TrainVideoDataset(manifest, frame_decode="device")
     rows = []
     for grid in selected_grids(setup, schedule):
         read = loader_rate(encoded, grid, setup, setup.loader_videos, decode=False)

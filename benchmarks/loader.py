@@ -79,7 +79,7 @@ class Source:
 class Grid:
     name: str
     shape: GridShape
-    stride_range: tuple[float, float]
+    sampling_rate_range: tuple[float, float]
     scale_range: tuple[int, int]
 
 
@@ -148,7 +148,7 @@ def requests_for(grid: Grid, num_videos: int, seed: int) -> Iterator[list[ClipRe
     rng = random.Random(seed)
     for batch in itertools.count():
         yield [
-            ClipRequest(rng.randrange(num_videos), grid.shape.num_frames, grid.shape.crop_size, grid.stride_range,
+            ClipRequest(rng.randrange(num_videos), grid.shape.num_frames, grid.shape.crop_size, grid.sampling_rate_range,
                         grid.scale_range, seed=batch * 100_000 + k)
             for k in range(grid.shape.batch_size)
         ]
@@ -223,7 +223,7 @@ class PyTorchVideoClips(Dataset[dict[str, Any]]):
 
         rng = random.Random(request.seed)
         video = EncodedVideo.from_path(self.paths[request.index], decode_audio=False, decoder="pyav")
-        stride = rng.uniform(*request.stride_range)
+        stride = rng.uniform(*request.sampling_rate_range)
         clip_duration = request.num_frames * stride / self.fps
         start = rng.uniform(0, max(float(video.duration) - clip_duration, 0))
         frames = video.get_clip(start, start + clip_duration)["video"]  # float32 (C, T, H, W)
@@ -306,7 +306,8 @@ def source_datasets(
             file=sys.stderr,
         )
         for decode in decodes:
-            datasets.append(("frames", decode, TrainVideoDataset(report.manifest, return_encoded=decode != "cpu")))
+            frame_decode = "workers" if decode == "cpu" else "device"
+            datasets.append(("frames", decode, TrainVideoDataset(report.manifest, frame_decode=frame_decode)))
     return datasets
 
 

@@ -46,11 +46,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from _memory import TrainFramesInMemory  # benchmarks/ is on sys.path when run as a script
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
+from lightning_multigrid.data.decoding.readers import InMemoryReader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
@@ -288,7 +288,8 @@ def main() -> None:
         for backbone, source in itertools.product(backbones, sources):
             dataset = None
             if source == "memory":
-                dataset = TrainFramesInMemory(str(data_dir / "train.csv"), root=str(data_dir), flip=False)
+                manifest = load_manifest(data_dir / "train.csv", root=data_dir)
+                dataset = TrainVideoDataset(manifest, flip=False, reader=InMemoryReader(manifest.entries))
             manifests = frame_manifests if source.startswith("frames") else None
             decode = "device" if source == "frames-gpu" else "workers"
             results[backbone, source] = {

@@ -63,7 +63,7 @@ def test_check_data_writes_a_metadata_file(synthetic_dataset: SyntheticDataset, 
     meta = tmp_path / "meta.json"
     main(["check-data", str(synthetic_dataset.val_manifest), "--workers", "1", "--no-progress", "--write-metadata", str(meta)])
     dataset = TrainVideoDataset(synthetic_dataset.val_manifest, metadata_file=meta)
-    assert len(dataset.metadata) == synthetic_dataset.num_val
+    assert len(dataset.reader.metadata) == synthetic_dataset.num_val
 
 
 def test_make_synthetic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

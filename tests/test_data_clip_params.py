@@ -33,7 +33,7 @@ def metadata(num_frames: int = 24, width: int = 64, height: int = 48) -> VideoMe
 
 
 def request(**changes: object) -> ClipRequest:
-    base = ClipRequest(index=0, num_frames=4, crop_size=32, stride_range=(2.0, 2.0), scale_range=(48, 48), seed=0)
+    base = ClipRequest(index=0, num_frames=4, crop_size=32, sampling_rate_range=(2.0, 2.0), scale_range=(48, 48), seed=0)
     return base._replace(**changes)
 
 
@@ -57,7 +57,7 @@ def test_exact_fractional_stride() -> None:
     stride = random.Random(0).uniform(2.0, 4.0)
     assert span_frames(4, stride) == 12
     assert [int(k * stride) for k in range(4)] == [0, 3, 7, 11]
-    params = sample_clip_params(request(stride_range=(2.0, 4.0)), metadata())
+    params = sample_clip_params(request(sampling_rate_range=(2.0, 4.0)), metadata())
     assert params.frame_indices == (12, 15, 19, 23)
 
 
@@ -70,7 +70,7 @@ def test_short_video_repeats_last_frame() -> None:
 
 def test_same_seed_same_params_different_seed_different() -> None:
     video = metadata(num_frames=300, width=320, height=240)
-    ranges = {"stride_range": (2.0, 8.0), "scale_range": (128, 160), "crop_size": 112}
+    ranges = {"sampling_rate_range": (2.0, 8.0), "scale_range": (128, 160), "crop_size": 112}
     first = sample_clip_params(request(seed=123, **ranges), video)
     assert first == sample_clip_params(request(seed=123, **ranges), video)
     others = {sample_clip_params(request(seed=s, **ranges), video) for s in range(20)}
@@ -81,7 +81,7 @@ def test_same_seed_same_params_different_seed_different() -> None:
 def test_draws_stay_in_range(seed: int) -> None:
     video = metadata(num_frames=100, width=320, height=240)
     params = sample_clip_params(
-        request(seed=seed, num_frames=8, crop_size=112, stride_range=(2.0, 6.0), scale_range=(128, 160)), video
+        request(seed=seed, num_frames=8, crop_size=112, sampling_rate_range=(2.0, 6.0), scale_range=(128, 160)), video
     )
     steps = [b - a for a, b in zip(params.frame_indices, params.frame_indices[1:])]
     assert all(1 <= s <= 7 for s in steps)
@@ -107,8 +107,8 @@ def test_resized_size_keeps_aspect() -> None:
     ("changes", "match"),
     [
         ({"num_frames": 0}, "num_frames"),
-        ({"stride_range": (0.0, 2.0)}, "stride_range"),
-        ({"stride_range": (3.0, 2.0)}, "stride_range"),
+        ({"sampling_rate_range": (0.0, 2.0)}, "sampling_rate_range"),
+        ({"sampling_rate_range": (3.0, 2.0)}, "sampling_rate_range"),
         ({"scale_range": (0, 48)}, "scale_range"),
         ({"scale_range": (20, 24)}, "crop would not fit"),
     ],
@@ -123,7 +123,7 @@ def test_eval_temporal_clips_spread_uniformly() -> None:
     # 3 clips start at round(0 * 71 / 2) = 0, round(71 / 2) = 36, round(2 * 71 / 2) = 71.
     video = metadata(num_frames=100, width=320, height=240)
     starts = [
-        eval_clip_params(video, 8, 4, 128, 112, temporal_index=i, num_temporal_clips=3).frame_indices[0]
+        eval_clip_params(video, 8, 4, 128, 112, temporal_index=i, num_views=3).frame_indices[0]
         for i in range(3)
     ]
     assert starts == [0, 36, 71]
@@ -136,27 +136,26 @@ def test_eval_spatial_crops() -> None:
     video = metadata(num_frames=100, width=320, height=240)
     boxes = [
         (p.crop_x, p.crop_y)
-        for p in (eval_clip_params(video, 8, 4, 128, 112, spatial_index=s, num_spatial_crops=3) for s in range(3))
+        for p in (eval_clip_params(video, 8, 4, 128, 112, spatial_index=s, num_crops=3) for s in range(3))
     ]
     assert boxes == [(0, 8), (29, 8), (59, 8)]
     centre = eval_clip_params(video, 8, 4, 128, 112)
     assert (centre.resize_width, centre.resize_height, centre.crop_x, centre.crop_y) == (171, 128, 29, 8)
     portrait = metadata(num_frames=100, width=240, height=320)
     assert [
-        eval_clip_params(portrait, 8, 4, 128, 112, spatial_index=s, num_spatial_crops=3).crop_y for s in range(3)
+        eval_clip_params(portrait, 8, 4, 128, 112, spatial_index=s, num_crops=3).crop_y for s in range(3)
     ] == [0, 29, 59]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"num_spatial_crops": 2}, "num_spatial_crops"),
-        ({"temporal_index": 3, "num_temporal_clips": 3}, "temporal_index"),
+        ({"temporal_index": 3, "num_views": 3}, "temporal_index"),
         ({"spatial_index": 1}, "spatial_index"),
         ({"short_side": 100}, "short_side"),
     ],
 )
 def test_eval_invalid(kwargs: dict[str, int], match: str) -> None:
-    args = {"num_frames": 8, "stride": 4, "short_side": 128, "crop_size": 112} | kwargs
+    args = {"num_frames": 8, "sampling_rate": 4, "short_side": 128, "crop_size": 112} | kwargs
     with pytest.raises(ValueError, match=match):
         eval_clip_params(metadata(), **args)  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ def test_every_grid_of_a_schedule(synthetic_dataset: SyntheticDataset) -> None:
                     index=i % len(dataset),
                     num_frames=grid.num_frames,
                     crop_size=grid.crop_size,
-                    stride_range=stage.sampling_rate,
+                    sampling_rate_range=stage.sampling_rate,
                     scale_range=schedule.jitter_scales_for(grid.crop_size),
                     seed=1000 * len(seen) + i,
                 )
@@ -90,9 +90,9 @@ def test_slowfast_pathways(synthetic_dataset: SyntheticDataset) -> None:
 
 def test_multi_view_evaluation(synthetic_dataset: SyntheticDataset) -> None:
     dataset = EvalVideoDataset(
-        synthetic_dataset.val_manifest, num_frames=4, crop_size=32, stride=2, num_temporal_clips=2, num_spatial_crops=3
+        synthetic_dataset.val_manifest, num_frames=4, crop_size=32, sampling_rate=2, num_views=2, num_crops=3
     )
-    assert dataset.num_views == 6 and len(dataset) == 8 * 6
+    assert dataset.clips_per_video == 6 and len(dataset) == 8 * 6
     loader = DataLoader(dataset, batch_size=12, collate_fn=collate_clips)
     videos, views, labels = Counter(), [], {}
     for batch in loader:
@@ -187,8 +187,8 @@ def test_configuration_errors_raise_at_construction(tmp_path: Path) -> None:
         TrainVideoDataset(tmp_path / "m.csv", root=tmp_path / "nowhere")
     with pytest.raises(ValueError, match="slowfast_alpha"):
         TrainVideoDataset(tmp_path / "m.csv", slowfast_alpha=0)
-    with pytest.raises(ValueError, match="num_spatial_crops"):
-        EvalVideoDataset(tmp_path / "m.csv", num_frames=4, crop_size=32, num_spatial_crops=2)
+    with pytest.raises(ValueError, match="num_crops"):
+        EvalVideoDataset(tmp_path / "m.csv", num_frames=4, crop_size=32, num_crops=2)
     with pytest.raises(TypeError, match="indexed by `ClipRequest`"):
         TrainVideoDataset(tmp_path / "m.csv")[0]  # type: ignore[index]
 

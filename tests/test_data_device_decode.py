@@ -55,7 +55,7 @@ def encoded_clips(tmp_path: Path, frames: FrameFactory) -> list[EncodedClip]:
     for i in range(2):
         frames.smooth(f"v{i}", num_frames=12, width=160, height=120, seed=i)
     (tmp_path / "m.txt").write_text("v0 0\nv1 1\n")
-    dataset = TrainVideoDataset(tmp_path / "m.txt", return_encoded=True)
+    dataset = TrainVideoDataset(tmp_path / "m.txt", frame_decode="device")
     return [dataset[ClipRequest(i % 2, 8, 56, (1.0, 1.5), (60, 75), seed=i)]["video"] for i in range(4)]
 
 

@@ -36,7 +36,7 @@ def test_frames_keep_their_content_order_and_size(videos: VideoFactory, tmp_path
     assert extract_video(str(video), str(tmp_path / "out"), short_side=24) == 20
     folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
     assert (folder.width, folder.height, folder.num_frames) == (32, 24, 20)
-    params = eval_clip_params(folder, num_frames=20, stride=1, short_side=24, crop_size=24)
+    params = eval_clip_params(folder, num_frames=20, sampling_rate=1, short_side=24, crop_size=24)
     clip = read_clip(folder, params)
     assert_frames_are(clip, list(range(20)))
 

@@ -58,7 +58,7 @@ def test_mmaction2_rawframes_with_flow_and_a_thumbnail_read_only_the_img_frames(
     (tmp_path / "m.txt").write_text("v 0\n")
     assert open_frame_folder(VideoEntry(str(folder), (0,))).num_frames == 16
     for encoded in (False, True):
-        dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, return_encoded=encoded)
+        dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, frame_decode="device" if encoded else "workers")
         sample = dataset[every_frame(0, 16)]
         video = decode_clips([sample["video"]], "cpu")[0] if encoded else sample["video"]
         assert indices(video) == list(range(16)) and sample["skipped"] == ()
@@ -135,7 +135,7 @@ def test_csv_videos_sharing_a_folder_read_their_own_frames(tmp_path: Path) -> No
             lines.append(f'{video} {label} {i} shared/{name} "{label}"')
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
     for encoded in (False, True):
-        dataset = TrainVideoDataset(tmp_path / "train.csv", flip=False, return_encoded=encoded)
+        dataset = TrainVideoDataset(tmp_path / "train.csv", flip=False, frame_decode="device" if encoded else "workers")
         a, b = dataset[every_frame(0, 8)], dataset[every_frame(1, 8)]
         videos = decode_clips([a["video"], b["video"]], "cpu") if encoded else [a["video"], b["video"]]
         assert indices(videos[0]) == list(range(8)) and indices(videos[1]) == list(range(40, 48))
@@ -232,7 +232,7 @@ def test_bad_folders_are_refused_alike_by_workers_device_and_check_data(
 def device_mode(manifest: Path, strict: bool) -> list[str]:
     """The videos skipped reading video 0 beside video 1 with ``frame_decode="device"``: by the
     workers (header checks) or by the decode on the device (``device="cpu"``)."""
-    dataset = TrainVideoDataset(manifest, strict=strict, return_encoded=True)
+    dataset = TrainVideoDataset(manifest, strict=strict, frame_decode="device")
     batch = collate_clips([dataset[every_frame(0, 12)], dataset[every_frame(1, 12)]])
     decoded = decode_batch(batch["video"], "cpu", strict=strict)
     return [*batch["skipped"], *decoded.skipped]
@@ -287,7 +287,7 @@ def test_unreadable_files_are_skips_with_their_reason(open_dir: Path, what: str)
     os.chmod(bad if what == "folder" else bad / "img_00001.jpg", 0)
     with as_other_user():
         for encoded in (False, True):
-            sample = TrainVideoDataset(open_dir / "m.txt", return_encoded=encoded)[every_frame(0, 12)]
+            sample = TrainVideoDataset(open_dir / "m.txt", frame_decode="device" if encoded else "workers")[every_frame(0, 12)]
             assert sample["skipped"] == (str(bad),)
             batch = collate_clips([sample])
             assert batch["skipped"] == [str(bad)]

@@ -88,7 +88,7 @@ def test_every_stage_yields_the_schedule_shapes(mode: str) -> None:
                 assert grid_of(batch) == (grid.num_frames, grid.crop_size)
                 assert len(batch) == grid.batch_size or i == len(batches) - 1
                 assert 0 < len(batch) <= grid.batch_size
-                assert {r.stride_range for r in batch} == {stage.sampling_rate}
+                assert {r.sampling_rate_range for r in batch} == {stage.sampling_rate}
                 assert {r.scale_range for r in batch} == {schedule.jitter_scales_for(grid.crop_size)}
             assert sorted(r.index for b in batches for r in b) == list(range(dataset_size))
 
@@ -98,7 +98,7 @@ def test_stride_and_scale_ranges_literal() -> None:
     batch_sampler = ShortCycleBatchSampler(EpochShardSampler(64, shuffle=False), schedule)
     first, second = epoch_batches(batch_sampler, 0)[:2]
     # 2 frames of a baseline 8-frame clip at stride 2: strides 2 .. 2 * 8/2 = 8.
-    assert first[0].stride_range == (2.0, 8.0)
+    assert first[0].sampling_rate_range == (2.0, 8.0)
     # Jitter for S=32: (256, 320) * 32/224 = (37, 46); the minimum scales with the crop.
     assert first[0].scale_range == (round(37 * 16 / 32), 46)
     assert second[0].scale_range == (round(37 * 23 / 32), 46)

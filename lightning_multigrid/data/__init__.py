@@ -1,8 +1,11 @@
-"""Video data: manifests, clip parameters, decoding at the requested grid, datasets and the DataModule.
+"""Video data: manifests, clip parameters, readers that decode at the requested grid, datasets and the DataModule.
 
-Video files (PyAV) and frame datasets (a folder of JPEG frames per video, decoded at reduced size
-in the workers or batched on the GPU) give the same clips from the same seeds. Everything here but
-``datamodule`` works in a plain PyTorch loop (no Lightning import).
+``manifests/`` reads which videos a dataset holds; ``clip_params`` draws what to cut from each;
+``decoding/`` turns that into pixels (PyAV for video files; a folder of JPEG frames decoded at
+reduced size in the workers or batched on the GPU; RAM), each behind the ``ClipReader`` door the
+datasets use; ``tools/`` holds ``extract-frames`` and ``check-data``. Every reader gives the same
+clips from the same seeds. Everything here but ``datamodule`` works in a plain PyTorch loop (no
+Lightning import).
 """
 
 from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
@@ -12,6 +15,7 @@ from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
+from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
 from lightning_multigrid.data.decoding.video import VideoReader, probe_video
 from lightning_multigrid.data.loader import ChunkedDataLoader
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
@@ -24,6 +28,7 @@ from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = [
     "ChunkedDataLoader",
+    "ClipReader",
     "ClipParams",
     "ClipRequest",
     "DeviceDecode",
@@ -31,7 +36,9 @@ __all__ = [
     "EncodedClip",
     "EvalVideoDataset",
     "FrameFolder",
+    "FrameFolderReader",
     "FrameLayout",
+    "InMemoryReader",
     "Manifest",
     "ManifestError",
     "MetadataCache",
@@ -40,6 +47,7 @@ __all__ = [
     "VideoDecodeError",
     "VideoEntry",
     "VideoMetadata",
+    "VideoFileReader",
     "VideoReader",
     "collate_clips",
     "decode_batch",

@@ -9,7 +9,7 @@ transforms v2: :func:`sample_clip_params` draws every random number of a trainin
 
 Training draws, in this order (DESIGN.md, "Sampling grids"):
 
-1. ``stride = rng.uniform(*request.stride_range)`` (source frames at the video's own rate);
+1. ``stride = rng.uniform(*request.sampling_rate_range)`` (source frames at the video's own rate);
 2. ``start = rng.randint(0, max(N - span, 0))`` with ``span = floor((T - 1) * stride) + 1``
    frames, ``N`` the video's frames; frame ``k`` is ``min(start + floor(k * stride), N - 1)``, so a
    video shorter than the span gives all it has and repeats its last frame (as the reference does);
@@ -53,15 +53,15 @@ class ClipRequest(NamedTuple):
     number of workers.
 
     ``TrainVideoDataset(...)[request]`` returns the clip as uint8 ``(3, num_frames, crop_size,
-    crop_size)``; the order of the draws is in :mod:`lightning_multigrid.data.clip_params`. A
-    ``stride_range`` is in source frames at the video's own frame rate (``Stage.sampling_rate``);
+    crop_size)``; the order of the draws is in this module's docstring. A ``sampling_rate_range``
+    is the frame stride in source frames at the video's own frame rate (``Stage.sampling_rate``);
     a ``scale_range`` is usually ``MultigridSchedule.jitter_scales_for(crop_size)``.
     """
 
     index: int  # type: ignore[assignment]  # video index in the dataset (shadows tuple.index)
     num_frames: int
     crop_size: int  # pixels, square
-    stride_range: tuple[float, float]  # (min, max) frame stride, in source frames
+    sampling_rate_range: tuple[float, float]  # (min, max) frame stride, in source frames
     scale_range: tuple[int, int]  # (min, max) short side in pixels before the crop
     seed: int
 
@@ -133,9 +133,11 @@ def check_request(request: ClipRequest) -> None:
             f"`ClipRequest.num_frames` and `crop_size` must be >= 1, got "
             f"{request.num_frames} and {request.crop_size}."
         )
-    low, high = request.stride_range
+    low, high = request.sampling_rate_range
     if not 0 < low <= high:
-        raise ValueError(f"`ClipRequest.stride_range` must be 0 < min <= max, got {request.stride_range!r}.")
+        raise ValueError(
+            f"`ClipRequest.sampling_rate_range` must be 0 < min <= max, got {request.sampling_rate_range!r}."
+        )
     low_scale, high_scale = request.scale_range
     if not 0 < low_scale <= high_scale:
         raise ValueError(f"`ClipRequest.scale_range` must be 0 < min <= max, got {request.scale_range!r}.")
@@ -159,7 +161,7 @@ def sample_clip_params(request: ClipRequest, metadata: ClipSource, flip: bool = 
     """
     check_request(request)
     rng = random.Random(request.seed)
-    stride = rng.uniform(*request.stride_range)
+    stride = rng.uniform(*request.sampling_rate_range)
     span = span_frames(request.num_frames, stride)
     start = rng.randint(0, max(metadata.num_frames - span, 0))
     indices = frame_indices(metadata.num_frames, request.num_frames, stride, start)
@@ -175,17 +177,17 @@ def sample_clip_params(request: ClipRequest, metadata: ClipSource, flip: bool = 
 def eval_clip_params(
     metadata: ClipSource,
     num_frames: int,
-    stride: float,
+    sampling_rate: float,
     short_side: int,
     crop_size: int,
     temporal_index: int = 0,
-    num_temporal_clips: int = 1,
+    num_views: int = 1,
     spatial_index: int = 0,
-    num_spatial_crops: int = 1,
+    num_crops: int = 1,
 ) -> ClipParams:
     """A deterministic view for validation and test (PySlowFast's multi-view testing).
 
-    Temporal clip ``i`` of ``n`` starts at ``round(i * d / (n - 1))`` (at ``d // 2`` when
+    Temporal clip ``i`` of ``n = num_views`` starts at ``round(i * d / (n - 1))`` (at ``d // 2`` when
     ``n == 1``), ``d = max(N - span, 0)``: clips spread uniformly from start to end. Spatially the
     short side is resized to ``short_side``; one crop is centred, three crops are at the start,
     centre and end of the long side (centred on the short side).
@@ -193,42 +195,42 @@ def eval_clip_params(
     Args:
         metadata: the video.
         num_frames: frames per clip ``T``.
-        stride: frame stride in source frames.
+        sampling_rate: frame stride in source frames.
         short_side: short side in pixels before cropping (``>= crop_size``).
         crop_size: square crop in pixels.
         temporal_index: 0-based temporal clip.
-        num_temporal_clips: temporal clips per video.
+        num_views: temporal clips per video.
         spatial_index: 0-based spatial crop.
-        num_spatial_crops: 1 or 3.
+        num_crops: spatial crops per clip, 1 or 3 (checked by
+            :class:`~lightning_multigrid.data.dataset.EvalVideoDataset`, their owner).
 
     Raises:
         ValueError: on out-of-range indices or sizes.
     """
-    if num_spatial_crops not in (1, 3):
-        raise ValueError(f"`num_spatial_crops` must be 1 or 3, got {num_spatial_crops!r}.")
-    if num_temporal_clips < 1 or not 0 <= temporal_index < num_temporal_clips:
+    if num_views < 1 or not 0 <= temporal_index < num_views:
         raise ValueError(
-            f"`temporal_index` must be in [0, {num_temporal_clips}) with `num_temporal_clips` >= 1, "
-            f"got {temporal_index!r}."
+            f"`temporal_index` must be in [0, {num_views}) with `num_views` >= 1, got {temporal_index!r}."
         )
-    if not 0 <= spatial_index < num_spatial_crops:
-        raise ValueError(f"`spatial_index` must be in [0, {num_spatial_crops}), got {spatial_index!r}.")
-    if num_frames < 1 or not stride > 0:
-        raise ValueError(f"`num_frames` must be >= 1 and `stride` > 0, got {num_frames!r} and {stride!r}.")
+    if not 0 <= spatial_index < num_crops:
+        raise ValueError(f"`spatial_index` must be in [0, {num_crops}), got {spatial_index!r}.")
+    if num_frames < 1 or not sampling_rate > 0:
+        raise ValueError(
+            f"`num_frames` must be >= 1 and `sampling_rate` > 0, got {num_frames!r} and {sampling_rate!r}."
+        )
     if short_side < crop_size:
         raise ValueError(
             f"`short_side`={short_side} is smaller than `crop_size`={crop_size}: the crop would not fit."
         )
-    span = span_frames(num_frames, stride)
+    span = span_frames(num_frames, sampling_rate)
     room = max(metadata.num_frames - span, 0)
-    if num_temporal_clips == 1:
+    if num_views == 1:
         start = room // 2
     else:
-        start = round(temporal_index * room / (num_temporal_clips - 1))
-    indices = frame_indices(metadata.num_frames, num_frames, stride, start)
+        start = round(temporal_index * room / (num_views - 1))
+    indices = frame_indices(metadata.num_frames, num_frames, sampling_rate, start)
     width, height = resized_size(metadata.width, metadata.height, short_side)
     centre_x, centre_y = (width - crop_size) // 2, (height - crop_size) // 2
-    if num_spatial_crops == 1 or spatial_index == 1:
+    if num_crops == 1 or spatial_index == 1:
         x, y = centre_x, centre_y
     elif width >= height:
         x, y = (0 if spatial_index == 0 else width - crop_size), centre_y

@@ -3,8 +3,10 @@
 :class:`TrainVideoDataset` is indexed by :class:`~lightning_multigrid.data.clip_params.ClipRequest`
 (the batch sampler decides the grid and the seed; the dataset only decodes), and
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
-Both read encoded video files (PyAV) or frame datasets, a folder of JPEG frames per video
-(:mod:`lightning_multigrid.data.decoding.frames`), with the same clip parameters from the same seeds.
+Both reach their pixels through a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`:
+encoded video files (PyAV) or frame datasets, a folder of JPEG frames per video, by default (chosen
+from the manifest), or one you pass (``reader=``, e.g. an in-memory one); every reader gets the
+same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
@@ -29,20 +31,32 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
 from lightning_multigrid._checks import check_bool, check_positive_int
-from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
+from lightning_multigrid.data.clip_params import (
+    ClipParams,
+    ClipRequest,
+    ClipSource,
+    eval_clip_params,
+    sample_clip_params,
+)
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
-from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache
-from lightning_multigrid.data.decoding.video import Interpolation, VideoReader, decoder_threads_per_worker
+from lightning_multigrid.data.decoding.frames import EncodedClip
+from lightning_multigrid.data.decoding.readers import (
+    ClipReader,
+    FrameDecode,
+    FrameFolderReader,
+    VideoFileReader,
+    check_frame_decode,
+)
+from lightning_multigrid.data.decoding.video import Interpolation
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
@@ -52,8 +66,9 @@ __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips"]
 
 Sample = dict[str, Any]
 
+
 class _VideoDataset:
-    """What training and evaluation share: manifest, labels, metadata cache, bad-video handling."""
+    """What training and evaluation share: manifest, labels, the reader, bad-video handling."""
 
     def __init__(
         self,
@@ -65,35 +80,34 @@ class _VideoDataset:
         metadata_file: str | os.PathLike[str] | None,
         max_replacements: int,
         interpolation: Interpolation,
-        return_encoded: bool = False,
-        filename_tmpl: str | None = None,
-        allow_frame_gaps: bool = False,
-        manifest_kind: ManifestKind = "auto",
+        frame_decode: FrameDecode,
+        filename_tmpl: str | None,
+        allow_frame_gaps: bool,
+        manifest_kind: ManifestKind,
+        reader: ClipReader | None,
     ) -> None:
-        self.layout = FrameLayout(filename_tmpl, allow_frame_gaps)
+        check_frame_decode(frame_decode)
+        layout = FrameLayout(filename_tmpl, allow_frame_gaps)
         self.manifest = load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind)
-        self.layout.check_applies(self.manifest.format, self.manifest.source)
-        if return_encoded and self.manifest.format != "frames":
+        layout.check_applies(self.manifest.format, self.manifest.source)
+        if frame_decode == "device" and self.manifest.format != "frames":
             raise ValueError(
-                f"`return_encoded=True` (decoding on the device) needs a frame dataset, but {self.manifest.source} "
-                "lists video files: convert it with `lightning-multigrid extract-frames`, or decode in the workers."
+                f"`frame_decode='device'` needs a frame dataset, but {self.manifest.source} lists video files: "
+                "convert it with `lightning-multigrid extract-frames`, or decode in the workers."
             )
         if slowfast_alpha is not None and (isinstance(slowfast_alpha, bool) or slowfast_alpha < 1):
             raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
         check_bool("strict", strict)
-        check_bool("return_encoded", return_encoded)
         if max_replacements < 1:
             raise ValueError(f"`max_replacements` must be >= 1, got {max_replacements!r}.")
         self.strict = strict
         self.slowfast_alpha = slowfast_alpha
         self.max_replacements = max_replacements
-        self.interpolation = interpolation
-        # Per process: each DataLoader worker gets (and fills) its own copy.
-        self.metadata = MetadataCache(metadata_file)
-        self.return_encoded = return_encoded
-        # Per video index, never per folder: videos of a frame-list CSV may share a folder.
-        self._folders: dict[int, FrameFolder] = {}  # frame datasets: listed frames, per process
-        self._threads: tuple[int, int] | None = None  # (process id, decoder threads)
+        if reader is None:
+            is_frames = self.manifest.format == "frames"
+            reader = FrameFolderReader(layout, frame_decode) if is_frames else VideoFileReader(metadata_file, interpolation)
+        # Per process: each DataLoader worker gets (and fills) its own copy of the reader's caches.
+        self.reader = reader
         self._failed: dict[int, str] = {}
 
     @property
@@ -121,36 +135,15 @@ class _VideoDataset:
         target[list(labels)] = 1.0
         return target
 
-    @property
-    def is_frames(self) -> bool:
-        """Whether videos are folders of JPEG frames (else encoded video files)."""
-        return self.manifest.format == "frames"
-
-    def _load(self, video_index: int, draw: Any) -> torch.Tensor | EncodedClip:
-        """Decode the clip ``draw(metadata) -> ClipParams`` of one video; raises VideoDecodeError."""
+    def _load(self, video_index: int, draw: Callable[[ClipSource], ClipParams]) -> torch.Tensor | EncodedClip:
+        """Decode the clip ``draw(source)`` of one video through the reader; raises VideoDecodeError."""
         entry = self.manifest.entries[video_index]
-        path = entry.path
         if video_index in self._failed:
             raise VideoDecodeError(entry.name, self._failed[video_index])
-        if self.is_frames:
-            folder = self._folders.get(video_index)
-            if folder is None:
-                folder = self._folders[video_index] = open_frame_folder(entry, self.layout)
-            params: ClipParams = draw(folder)
-            if self.return_encoded:
-                return read_encoded_clip(folder, params, entry.name)
-            return read_clip(folder, params)
-        metadata = self.metadata.get(path)
-        if self._threads is None or self._threads[0] != os.getpid():
-            # Decided in the process that decodes: a worker inherits the main process's copy.
-            self._threads = (os.getpid(), decoder_threads_per_worker())
-        with VideoReader(path, metadata, self.interpolation, self._threads[1]) as video:
-            if metadata is None:
-                self.metadata.put(path, video.metadata)
-            return video.read(draw(video.metadata))
+        return self.reader.read(entry, draw(self.reader.source(entry)))
 
     def _load_or_replace(
-        self, video_index: int, seed: int, draw: Any
+        self, video_index: int, seed: int, draw: Callable[[ClipSource], ClipParams]
     ) -> tuple[int, torch.Tensor | EncodedClip, tuple[str, ...]]:
         """The clip of ``video_index``, or of the first decodable replacement; and the skipped paths.
 
@@ -200,15 +193,22 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: precomputed metadata (``check-data --write-metadata``) to skip probing.
         max_replacements: replacements to try before giving up on a sample.
         interpolation: swscale resize filter (video files; frames are resized bilinearly).
-        return_encoded: frame datasets only: return the clip's JPEG bytes and parameters
+        frame_decode: frame datasets: ``"workers"`` (default) decodes the JPEGs here; ``"device"``
+            returns the clip's JPEG bytes and parameters
             (:class:`~lightning_multigrid.data.decoding.frames.EncodedClip`) for decoding on the device
-            (:func:`~lightning_multigrid.data.decoding.device.decode_clips`).
+            (:func:`~lightning_multigrid.data.decoding.device.decode_clips`), as the DataModule's
+            ``frame_decode``.
         filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"`` or
             ``"{video}_{:06d}.jpg"``; ``None`` detects each folder's
             (:mod:`~lightning_multigrid.data.decoding.frame_names`). Other files are never read as frames.
         allow_frame_gaps: frame datasets: read folders whose frame numbers skip as consecutive
             frames, instead of skipping them as bad videos.
         manifest_kind: ``"video"`` or ``"frames"``; default ``"auto"`` tells from the content.
+        reader: where clips come from (:class:`~lightning_multigrid.data.decoding.readers.ClipReader`,
+            e.g. an :class:`~lightning_multigrid.data.decoding.readers.InMemoryReader`); default a
+            video-file or frame-folder reader for the manifest, built from ``metadata_file``,
+            ``interpolation``, ``frame_decode``, ``filename_tmpl`` and ``allow_frame_gaps``, which
+            a reader you pass replaces.
 
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
@@ -217,7 +217,7 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
     Example::
 
         dataset = TrainVideoDataset("data/train.csv", flip=False)
-        request = ClipRequest(index=0, num_frames=8, crop_size=112, stride_range=(2.0, 4.0),
+        request = ClipRequest(index=0, num_frames=8, crop_size=112, sampling_rate_range=(2.0, 4.0),
                               scale_range=(128, 160), seed=1234)
         dataset[request]["video"].shape      # torch.Size([3, 8, 112, 112]), uint8
     """
@@ -233,14 +233,15 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
-        return_encoded: bool = False,
+        frame_decode: FrameDecode = "workers",
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
         manifest_kind: ManifestKind = "auto",
+        reader: ClipReader | None = None,
     ) -> None:
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded, filename_tmpl, allow_frame_gaps, manifest_kind,
+            frame_decode, filename_tmpl, allow_frame_gaps, manifest_kind, reader,
         )
         self.flip = check_bool("flip", flip)
 
@@ -267,18 +268,18 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         if not 0 <= request.index < self.num_videos:
             raise IndexError(f"`ClipRequest.index` {request.index} is out of range for {self.num_videos} videos.")
 
-        def draw(metadata: Any) -> ClipParams:
-            return sample_clip_params(request, metadata, flip=self.flip)
+        def draw(source: ClipSource) -> ClipParams:
+            return sample_clip_params(request, source, flip=self.flip)
 
         index, video, skipped = self._load_or_replace(request.index, request.seed, draw)
         return self._sample(index, video, skipped)
 
 
 class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
-    """Validation / test views at the baseline shape: ``num_temporal_clips x num_spatial_crops`` per video.
+    """Validation / test views at the baseline shape: ``num_views x num_crops`` clips per video.
 
-    Item ``i`` is view ``i % views`` of video ``i // views``; view ``v`` is temporal clip
-    ``v // num_spatial_crops``, spatial crop ``v % num_spatial_crops``. Samples carry ``"index"``
+    Item ``i`` is view ``i % clips_per_video`` of video ``i // clips_per_video``; view ``v`` is
+    temporal clip ``v // num_crops``, spatial crop ``v % num_crops``. Samples carry ``"index"``
     (video) and ``"view"`` so predictions can be averaged per video. An undecodable video is
     replaced by another video's same view (tagged with that video's index), so it gets no
     predictions and the replacement's one view counts twice.
@@ -287,10 +288,10 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         manifest: as :class:`TrainVideoDataset`.
         num_frames: frames per clip (baseline ``T``).
         crop_size: square crop in pixels (baseline ``S``).
-        stride: frame stride in source frames (baseline ``tau``).
+        sampling_rate: frame stride in source frames (baseline ``tau``).
         short_side: short side before the crop; default ``round(crop_size * 256 / 224)``.
-        num_temporal_clips: uniform temporal clips per video.
-        num_spatial_crops: 1 (centre) or 3 (both ends and centre of the long side).
+        num_views: uniform temporal clips per video (the DataModule's ``num_views``).
+        num_crops: spatial crops per clip: 1 (centre) or 3 (both ends and centre of the long side).
         root: as :class:`TrainVideoDataset`.
         class_names: as :class:`TrainVideoDataset`.
         strict: as :class:`TrainVideoDataset`.
@@ -298,10 +299,11 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: as :class:`TrainVideoDataset`.
         max_replacements: as :class:`TrainVideoDataset`.
         interpolation: as :class:`TrainVideoDataset`.
-        return_encoded: as :class:`TrainVideoDataset`.
+        frame_decode: as :class:`TrainVideoDataset`.
         filename_tmpl: as :class:`TrainVideoDataset`.
         allow_frame_gaps: as :class:`TrainVideoDataset`.
         manifest_kind: as :class:`TrainVideoDataset`.
+        reader: as :class:`TrainVideoDataset`.
     """
 
     def __init__(
@@ -309,10 +311,10 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         manifest: str | os.PathLike[str] | Manifest,
         num_frames: int,
         crop_size: int,
-        stride: float = 1,
+        sampling_rate: float = 1,
         short_side: int | None = None,
-        num_temporal_clips: int = 1,
-        num_spatial_crops: int = 1,
+        num_views: int = 1,
+        num_crops: int = 1,
         root: str | os.PathLike[str] | None = None,
         class_names: str | os.PathLike[str] | Sequence[str] | None = None,
         strict: bool = False,
@@ -320,60 +322,62 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
         interpolation: Interpolation = "BILINEAR",
-        return_encoded: bool = False,
+        frame_decode: FrameDecode = "workers",
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
         manifest_kind: ManifestKind = "auto",
+        reader: ClipReader | None = None,
     ) -> None:
         for name, value in (
             ("num_frames", num_frames),
             ("crop_size", crop_size),
-            ("num_temporal_clips", num_temporal_clips),
+            ("num_views", num_views),
         ):
             check_positive_int(name, value)
-        if num_spatial_crops not in (1, 3):
-            raise ValueError(f"`num_spatial_crops` must be 1 or 3, got {num_spatial_crops!r}.")
-        if not stride > 0:
-            raise ValueError(f"`stride` must be > 0, got {stride!r}.")
+        if num_crops not in (1, 3):
+            raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
+        if not sampling_rate > 0:
+            raise ValueError(f"`sampling_rate` must be > 0, got {sampling_rate!r}.")
         short_side = round(crop_size * 256 / 224) if short_side is None else short_side
         if short_side < crop_size:
             raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
         super().__init__(
             manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            return_encoded, filename_tmpl, allow_frame_gaps, manifest_kind,
+            frame_decode, filename_tmpl, allow_frame_gaps, manifest_kind, reader,
         )
         self.num_frames = num_frames
         self.crop_size = crop_size
-        self.stride = stride
+        self.sampling_rate = sampling_rate
         self.short_side = short_side
-        self.num_temporal_clips = num_temporal_clips
-        self.num_spatial_crops = num_spatial_crops
+        self.num_views = num_views
+        self.num_crops = num_crops
 
     @property
-    def num_views(self) -> int:
-        return self.num_temporal_clips * self.num_spatial_crops
+    def clips_per_video(self) -> int:
+        """Evaluation clips of one video: ``num_views * num_crops``."""
+        return self.num_views * self.num_crops
 
     def __len__(self) -> int:
-        return self.num_videos * self.num_views
+        return self.num_videos * self.clips_per_video
 
     def __getitem__(self, item: int) -> Sample:
-        """View ``item % num_views`` of video ``item // num_views``; keys as training plus ``"view"``."""
+        """View ``item % clips_per_video`` of video ``item // clips_per_video``; keys as training plus ``"view"``."""
         if not 0 <= item < len(self):
             raise IndexError(f"Item {item} is out of range for {len(self)} views.")
-        video_index, view = divmod(item, self.num_views)
-        temporal, spatial = divmod(view, self.num_spatial_crops)
+        video_index, view = divmod(item, self.clips_per_video)
+        temporal, spatial = divmod(view, self.num_crops)
 
-        def draw(metadata: Any) -> ClipParams:
+        def draw(source: ClipSource) -> ClipParams:
             return eval_clip_params(
-                metadata,
+                source,
                 self.num_frames,
-                self.stride,
+                self.sampling_rate,
                 self.short_side,
                 self.crop_size,
                 temporal,
-                self.num_temporal_clips,
+                self.num_views,
                 spatial,
-                self.num_spatial_crops,
+                self.num_crops,
             )
 
         index, video, skipped = self._load_or_replace(video_index, item, draw)

@@ -17,7 +17,7 @@ For decoding on the GPU the workers only read the JPEG bytes (:func:`read_encode
 Example::
 
     folder = open_frame_folder(VideoEntry("frames/abseiling/x", (0,)))
-    params = eval_clip_params(folder, num_frames=16, stride=4, short_side=128, crop_size=112)
+    params = eval_clip_params(folder, num_frames=16, sampling_rate=4, short_side=128, crop_size=112)
     clip = read_clip(folder, params)   # uint8 (3, 16, 112, 112)
 """
 

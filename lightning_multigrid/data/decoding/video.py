@@ -18,7 +18,7 @@ each worker fills its own copy) and can be precomputed into a JSON file
 Example::
 
     with VideoReader("clip.mp4") as video:
-        params = eval_clip_params(video.metadata, num_frames=16, stride=4, short_side=128, crop_size=112)
+        params = eval_clip_params(video.metadata, num_frames=16, sampling_rate=4, short_side=128, crop_size=112)
         clip = video.read(params)      # uint8 tensor (3, 16, 112, 112)
 """
 

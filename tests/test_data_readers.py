@@ -1,0 +1,74 @@
+"""The ClipReader door: the datasets reach pixels only through a reader; the in-memory reader is one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_multigrid.data import ClipRequest, EvalVideoDataset, SyntheticDataset, TrainVideoDataset
+from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.metadata import VideoMetadata
+from lightning_multigrid.data.decoding.readers import ClipReader, InMemoryReader, VideoFileReader
+from lightning_multigrid.data.manifests.entries import VideoEntry
+from lightning_multigrid.data.manifests.load import load_manifest
+
+from conftest import VideoFactory
+
+
+def request(index: int, seed: int) -> ClipRequest:
+    return ClipRequest(index, num_frames=4, crop_size=32, sampling_rate_range=(1.0, 3.0), scale_range=(40, 48), seed=seed)
+
+
+class RecordingReader:
+    """Passes through to a real reader and records what the dataset asked of it."""
+
+    def __init__(self, inner: ClipReader) -> None:
+        self.inner = inner
+        self.reads: list[tuple[str, ClipParams]] = []
+
+    def source(self, entry: VideoEntry) -> VideoMetadata:
+        return self.inner.source(entry)  # type: ignore[return-value]
+
+    def read(self, entry: VideoEntry, params: ClipParams) -> torch.Tensor:
+        self.reads.append((entry.path, params))
+        return self.inner.read(entry, params)  # type: ignore[return-value]
+
+
+def test_a_reader_gets_the_entry_and_the_drawn_params_of_each_clip(synthetic_dataset: SyntheticDataset) -> None:
+    manifest = load_manifest(synthetic_dataset.train_manifest)
+    reader = RecordingReader(VideoFileReader())
+    dataset = TrainVideoDataset(manifest, flip=False, reader=reader)
+    default = TrainVideoDataset(manifest, flip=False)
+    sample = dataset[request(3, seed=7)]
+    assert torch.equal(sample["video"], default[request(3, seed=7)]["video"])
+    [(path, params)] = reader.reads
+    assert path == manifest.entries[3].path and len(params.frame_indices) == 4 and params.crop_size == 32
+
+
+def test_in_memory_clips_match_decoded_clips(synthetic_dataset: SyntheticDataset) -> None:
+    manifest = load_manifest(synthetic_dataset.val_manifest)
+    memory = InMemoryReader(manifest.entries)
+    train = TrainVideoDataset(manifest, flip=False, reader=memory)
+    decoded = TrainVideoDataset(manifest, flip=False)
+    for seed in range(3):
+        clip, reference = train[request(seed, seed)]["video"], decoded[request(seed, seed)]["video"]
+        assert clip.shape == reference.shape == (3, 4, 32, 32) and clip.dtype == torch.uint8
+        # Same draw, another resampler: pixels agree up to resampling error.
+        assert (clip.float() - reference.float()).abs().mean() < 8
+    evaluation = EvalVideoDataset(manifest, num_frames=4, crop_size=32, num_crops=3, reader=memory)
+    assert len(evaluation) == 3 * len(manifest) and evaluation[4]["video"].shape == (3, 4, 32, 32)
+
+
+def test_in_memory_reader_reports_a_bad_video_as_the_dataset_skips_it(tmp_path: Path, videos: VideoFactory) -> None:
+    videos.coded("good.mp4")
+    videos.broken("random_bytes")
+    (tmp_path / "m.csv").write_text("good.mp4 0\nrandom_bytes.mp4 1\n")
+    manifest = load_manifest(tmp_path / "m.csv")
+    with pytest.raises(VideoDecodeError, match="random_bytes"):
+        InMemoryReader(manifest.entries)
+    dataset = TrainVideoDataset(manifest, reader=InMemoryReader(manifest.entries[:1]))
+    sample = dataset[request(1, seed=0)]
+    assert sample["index"] == 0 and sample["skipped"] == (manifest.entries[1].path,)
