@@ -7,12 +7,14 @@ spends most of its time on pixels the model never sees. Here a clip is read as:
 1. seek to the keyframe before the clip's first frame, decode only up to its last frame;
 2. convert to RGB **only the sampled frames**, with the resize done inside the same swscale
    call (``frame.to_ndarray(width=, height=)``), so a 4x smaller target costs 16x fewer pixels;
-3. crop and flip as array views, one copy into the ``(C, T, H, W)`` uint8 output.
+3. crop as array views, then order and flip the frames into the ``(C, T, H, W)`` uint8 output
+   (:func:`~lightning_multigrid.data.clip_params.assemble_clip`, shared with the frame reader).
 
 Frame indices are mapped through each frame's presentation timestamp (from a one-off demux of the
-packets, no decoding), so variable-frame-rate files and B-frame reordering are handled. Metadata is
-probed once per path and process (:class:`MetadataCache`, which works inside DataLoader workers:
-each worker fills its own copy) and can be precomputed into a JSON file
+packets, no decoding), so variable-frame-rate files and B-frame reordering are handled. The
+datasets' :class:`~lightning_multigrid.data.decoding.readers.VideoFileReader` probes each path once
+per process (its :class:`~lightning_multigrid.data.decoding.metadata.MetadataCache`: each
+DataLoader worker fills its own copy); metadata can be precomputed into a JSON file
 (``lightning-multigrid check-data --write-metadata``).
 
 Example::
