@@ -298,7 +298,7 @@ def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: i
     for epoch in range(schedule.max_epochs):
         epoch_starts.append(epoch_starts[-1] + schedule.iterations_in_epoch(epoch, clips))
     batches = [
-        schedule.short_cycle_at(epoch, i).batch_size
+        schedule.grid_at(epoch, i).batch_size
         for epoch in range(schedule.max_epochs)
         for i in range(epoch_starts[epoch + 1] - epoch_starts[epoch])
     ]
