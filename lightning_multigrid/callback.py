@@ -128,12 +128,12 @@ class MultigridCallback(Callback):
         short_run_coarse_share: float = 0.5,
         short_run_max_lr_factor: int = 1,
     ) -> None:
-        long_cycle_factors = DEFAULT_LONG_CYCLE_FACTORS if long_cycle_factors is None else long_cycle_factors
-        short_cycle_factors = DEFAULT_SHORT_CYCLE_FACTORS if short_cycle_factors is None else short_cycle_factors
+        long_factors = DEFAULT_LONG_CYCLE_FACTORS if long_cycle_factors is None else long_cycle_factors
+        short_factors = DEFAULT_SHORT_CYCLE_FACTORS if short_cycle_factors is None else short_cycle_factors
         # The schedule's own checks; those that need the base grid or the Trainer run in setup.
         check_options(
             long_cycle=long_cycle, short_cycle=short_cycle, epoch_factor=epoch_factor,
-            long_cycle_factors=long_cycle_factors, short_cycle_factors=short_cycle_factors, bn_base_size=bn_base_size,
+            long_cycle_factors=long_factors, short_cycle_factors=short_factors, bn_base_size=bn_base_size,
             full_grid_share=full_grid_share, scale_bn_base_size=scale_bn_base_size, short_run=short_run,
             short_run_coarse_share=short_run_coarse_share, short_run_max_lr_factor=short_run_max_lr_factor,
         )
@@ -155,8 +155,8 @@ class MultigridCallback(Callback):
         self.manage_lr = manage_lr
         self.precise_bn_batches = precise_bn_batches
         self.preflight = preflight
-        self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors)
-        self.short_cycle_factors = tuple(short_cycle_factors)
+        self.long_cycle_factors = tuple(tuple(f) for f in long_factors)
+        self.short_cycle_factors = tuple(short_factors)
         self.full_grid_share = full_grid_share
         self.scale_bn_base_size = scale_bn_base_size
         self.short_run = short_run

@@ -14,7 +14,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import MultigridConfig, build_schedule
 
 __all__ = ["main"]
 

@@ -57,7 +57,7 @@ class BatchTransfer:
         if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int) or alpha < 1):
             raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {alpha!r}.")
 
-    def __call__(self, batch: dict[str, Any], convert: Callable[[torch.Tensor], Any] | None = None) -> None:
+    def __call__(self, batch: dict[str, Any], convert: Callable[[Any], Any] | None = None) -> None:
         """Finish ``batch`` in place on the device its ``"label"`` is on.
 
         JPEG clips are decoded first (:meth:`decode`); then uint8 video becomes
