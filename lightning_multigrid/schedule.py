@@ -242,10 +242,10 @@ class MultigridConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> MultigridConfig:
-        """Rebuild a config from :meth:`to_dict` (lists back to tuples).
+        """Rebuild a config from :meth:`to_dict` (sequences become tuples on construction).
 
         Also reads checkpoints written before the config held one ``GridShape`` (flat
-        ``batch_size``/``num_frames``/``crop_size``) or a float ``sampling_rate``.
+        ``batch_size``/``num_frames``/``crop_size``) or an integer ``sampling_rate`` (a float then).
         """
         values = dict(values)
         base = values.pop("base", None)
@@ -255,11 +255,6 @@ class MultigridConfig:
         rate = values.get("sampling_rate")
         if isinstance(rate, float) and rate.is_integer():
             values["sampling_rate"] = int(rate)
-        for name in ("milestones", "short_cycle_factors", "jitter_scales"):
-            if values.get(name) is not None:
-                values[name] = tuple(values[name])
-        if "long_cycle_factors" in values:
-            values["long_cycle_factors"] = tuple(tuple(f) for f in values["long_cycle_factors"])
         return cls(**values)
 
     def _check_short_cycle_crops(self) -> None:

@@ -488,3 +488,23 @@ def test_short_run_zero_share_is_the_baseline():
 def test_short_run_bad_settings(options, message):
     with pytest.raises(ValueError, match=message):
         MultigridConfig(**SMALL, **options)
+
+
+def test_config_to_dict_and_back():
+    config = MultigridConfig(**{**KINETICS, "jitter_scales": (256, 320), "short_cycle": False})
+    values = config.to_dict()
+    assert values["base"] == {"batch_size": 8, "num_frames": 32, "crop_size": 224}
+    assert "_clip_sampling" not in values
+    # As a checkpoint stores it: lists where the config holds tuples.
+    listed = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    listed["long_cycle_factors"] = [list(f) for f in config.long_cycle_factors]
+    assert MultigridConfig.from_dict(listed) == config
+
+
+def test_config_from_an_old_checkpoint():
+    # Before the config held one GridShape and an int stride: flat sizes, a float sampling_rate.
+    values = MultigridConfig(**KINETICS).to_dict()
+    old = {**{k: v for k, v in values.items() if k != "base"}, **values["base"], "sampling_rate": 2.0}
+    restored = MultigridConfig.from_dict(old)
+    assert restored == MultigridConfig(**KINETICS)
+    assert restored.sampling_rate == 2 and isinstance(restored.sampling_rate, int)
