@@ -1,8 +1,9 @@
-"""The private Lightning and torch attributes this package reads, one small function each.
+"""Every read or write of Lightning and torch internals in this package, one small function each.
 
-Each exists because no public path gives the same thing; ``tests/test_internals.py`` checks each
-against the installed Lightning and torch, so a rename upstream fails there, not in a user's run.
-One more lives where it must, as an override: ``ChunkedDataLoader._index_sampler``
+Private attributes, the fit loop's progress counters on resume, and the loop attributes behind
+the Trainer's read-only settings. Each exists because no public path gives the same thing;
+``tests/test_internals.py`` checks each against the installed Lightning and torch, so a rename
+upstream fails there, not in a user's run. One more lives where it must, as an override: ``ChunkedDataLoader._index_sampler``
 (``data/loader.py``), what torch's DataLoader draws worker tasks from; ``tests/test_data_loader.py``
 fails if torch stops reading it (batches would no longer be cut into chunks).
 """
