@@ -36,8 +36,8 @@ class BatchTransfer:
         strict: raise on a clip that fails to decode instead of replacing it.
 
     Raises:
-        ValueError: on statistics that are not 3 values or a ``std`` that is not positive, or an
-            ``alpha`` that is not a positive integer.
+        ValueError: on statistics that are not 3 values, a ``std`` that is not positive, an
+            ``alpha`` that is not a positive integer, or a ``strict`` that is not a bool.
     """
 
     mean: tuple[float, float, float] = DEFAULT_MEAN
