@@ -1,7 +1,8 @@
 """Multigrid training for video models (Wu et al., CVPR 2020) as a PyTorch Lightning plugin.
 
-The schedule (pure Python) is imported eagerly; everything that needs torch or Lightning is
-imported on first use, so ``lightning_multigrid.schedule`` stays free of torch.
+``GridShape`` (pure Python, :mod:`lightning_multigrid.grid`) is imported eagerly; every other name
+is imported on first use, so importing a module of the package (the batch sampler, say) loads only
+what that module needs: no torch for the schedule, no schedule for the data pipeline.
 """
 
 from __future__ import annotations
@@ -9,20 +10,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from lightning_multigrid.schedule import (
-    BNPlan,
-    GridShape,
-    MultigridConfig,
-    MultigridSchedule,
-    ShortScheduleWarning,
-    Stage,
-    build_schedule,
-)
+from lightning_multigrid.grid import GridShape
 
 __version__ = "0.1.0.dev0"
 
 # name -> module that defines it, imported on first access.
 _LAZY = {
+    "BNPlan": "lightning_multigrid.schedule",
+    "MultigridConfig": "lightning_multigrid.schedule",
+    "MultigridSchedule": "lightning_multigrid.schedule",
+    "ShortScheduleWarning": "lightning_multigrid.schedule",
+    "Stage": "lightning_multigrid.schedule",
+    "build_schedule": "lightning_multigrid.schedule",
     "MultigridCallback": "lightning_multigrid.callback",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",
     "VideoClassifier": "lightning_multigrid.module",
@@ -37,16 +36,7 @@ _LAZY = {
     "EpochShardSampler": "lightning_multigrid.data.sampler",
 }
 
-__all__ = [
-    "BNPlan",
-    "GridShape",
-    "MultigridConfig",
-    "MultigridSchedule",
-    "ShortScheduleWarning",
-    "Stage",
-    "build_schedule",
-    *_LAZY,
-]
+__all__ = ["GridShape", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,20 +1,25 @@
-"""The private Lightning and torch attributes this package reads, one small function each.
+"""Every read or write of Lightning and torch internals in this package, one small function each.
 
-Each exists because no public path gives the same thing; ``tests/test_internals.py`` checks each
-against the installed Lightning and torch, so a rename upstream fails there, not in a user's run.
-One more lives where it must, as an override: ``ChunkedDataLoader._index_sampler``
+Private attributes, the fit loop's progress counters on resume, and the loop attributes behind
+the Trainer's read-only settings. Each exists because no public path gives the same thing;
+``tests/test_internals.py`` checks each against the installed Lightning and torch, so a rename
+upstream fails there, not in a user's run. One more lives where it must, as an override: ``ChunkedDataLoader._index_sampler``
 (``data/loader.py``), what torch's DataLoader draws worker tasks from; ``tests/test_data_loader.py``
 fails if torch stops reading it (batches would no longer be cut into chunks).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
-__all__ = ["drop_train_loader", "layer_sync_of", "sequential_lr_parts"]
+if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
+    import pytorch_lightning as pl
+
+__all__ = [
+    "drop_train_loader", "iterations_done_in_epoch", "layer_sync_of", "sequential_lr_parts", "setting_owner",
+]
 
 
 def drop_train_loader(trainer: pl.Trainer) -> None:
@@ -41,3 +46,35 @@ def sequential_lr_parts(scheduler: SequentialLR) -> tuple[list[LRScheduler], lis
     torch keeps both only in private attributes.
     """
     return list(scheduler._schedulers), list(scheduler._milestones)
+
+
+def iterations_done_in_epoch(trainer: Any) -> int:
+    """Batches of the current epoch already trained when ``fit`` resumes mid-epoch; else 0.
+
+    Lightning restores the fit loop's progress from the checkpoint and goes on at the next batch
+    index, but restarts the loader; the batch sampler skips these batches instead, so the data
+    order and the short-cycle phase continue where they stopped. ``trainer`` may be ``None`` or a
+    stand-in without a fit loop (0).
+    """
+    fit_loop = getattr(trainer, "fit_loop", None)
+    if fit_loop is None:
+        return 0
+    epoch = fit_loop.epoch_progress.current
+    # `restarting` is set by a checkpoint load and cleared after the first epoch it runs; an
+    # epoch started but not processed is the mid-epoch case.
+    if not fit_loop.restarting or epoch.started == epoch.processed:
+        return 0
+    return int(fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def setting_owner(trainer: pl.Trainer, name: str) -> Any:
+    """The object whose attribute ``name`` holds a Trainer setting the callback changes for a fit.
+
+    ``trainer.max_epochs`` and ``trainer.max_steps`` are read-only views of the fit loop's
+    ``max_epochs`` and its epoch loop's ``max_steps``; other settings are the Trainer's own.
+    """
+    if name == "max_epochs":
+        return trainer.fit_loop
+    if name == "max_steps":
+        return trainer.fit_loop.epoch_loop
+    return trainer

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["format_table"]
+__all__ = ["table_lines"]
 
 
-def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+def table_lines(rows: Sequence[Sequence[str]]) -> list[str]:
     """The lines of a left-aligned table: ``rows[0]`` is the header, ruled off with dashes.
 
     Columns are as wide as their widest cell and two spaces apart; trailing spaces are dropped.
 
     Example::
 
-        format_table([("grid", "clips"), ("8 x 16 x 112", "40")])
+        table_lines([("grid", "clips"), ("8 x 16 x 112", "40")])
         # ['grid          clips', '------------  -----', '8 x 16 x 112  40']
     """
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

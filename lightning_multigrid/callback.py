@@ -1,10 +1,11 @@
 """MultigridCallback: the only place that talks to the Trainer.
 
-It builds one schedule when fitting starts, and then only reads Trainer state, asks the schedule
-and applies the answer: the epoch budget (``fit_loop.max_epochs``), the grid (the DataModule
-serves it; the callback asks Lightning to reload the train loader at long-cycle shape changes),
-the learning rate (the user's scheduler, read on the baseline timeline, times the long-cycle
-factor, for one optimizer step at a time), BatchNorm grouping, precise BN and logging.
+It builds one schedule when fitting starts, from the DataModule's own base grid, hands it to the
+DataModule (``serve``), and then only reads Trainer state, asks the schedule and applies the answer:
+the epoch budget (``fit_loop.max_epochs``), the grid (the callback asks Lightning to reload the
+train loader where the grids change), the learning rate (:mod:`~lightning_multigrid.lr`), BatchNorm
+grouping, precise BN and logging. What it needs from a DataModule is :class:`GridDataModule`;
+what it can use besides are the capability Protocols of :mod:`~lightning_multigrid.contracts`.
 """
 
 from __future__ import annotations
@@ -12,23 +13,25 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities import rank_zero_info
-from torch.optim.lr_scheduler import (
-    MultiStepLR,
-    ReduceLROnPlateau,
-    SequentialLR,
-    StepLR,
-)
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool
-from lightning_multigrid._internals import drop_train_loader, sequential_lr_parts
-from lightning_multigrid.lr import BaselineLR, MultigridLR
+from lightning_multigrid._checks import check_bool, check_int
+from lightning_multigrid._internals import drop_train_loader, setting_owner
+from lightning_multigrid.contracts import (
+    GridDataModule,
+    PathwayDataModule,
+    PreciseBNDataModule,
+    PretrainedModule,
+    SizedDataModule,
+    SkipCountingDataModule,
+)
+from lightning_multigrid.limits import check_val_interval, map_baseline_limits
+from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
 from lightning_multigrid.norm import (
     apply_bn_plan,
     convert_batchnorm,
@@ -39,40 +42,17 @@ from lightning_multigrid.preview import format_table
 from lightning_multigrid.schedule import (
     DEFAULT_LONG_CYCLE_FACTORS,
     DEFAULT_SHORT_CYCLE_FACTORS,
+    MULTIGRID_OPTIONS,
     BNPlan,
-    GridShape,
     MultigridConfig,
     MultigridSchedule,
     Stage,
     build_schedule,
+    check_milestones,
+    check_options,
 )
 
-__all__ = ["GridDataModule", "MultigridCallback", "PretrainedModule"]
-
-
-@runtime_checkable
-class GridDataModule(Protocol):
-    """What the callback needs from a DataModule: its base shape and a way to serve grids."""
-
-    @property
-    def base_shape(self) -> GridShape: ...
-
-    @property
-    def sampling_rate(self) -> float: ...
-
-    def attach_schedule(self, schedule: MultigridSchedule | None) -> None: ...
-
-
-@runtime_checkable
-class PretrainedModule(Protocol):
-    """A LightningModule that says whether it starts from pretrained weights (``VideoClassifier`` does).
-
-    The callback's summary uses it to say whether a short run is from scratch, below multigrid's
-    validated regime; without it the summary says "if from scratch".
-    """
-
-    @property
-    def pretrained(self) -> bool: ...
+__all__ = ["MultigridCallback"]
 
 
 class MultigridCallback(Callback):
@@ -92,10 +72,9 @@ class MultigridCallback(Callback):
             ``MultiStepLR``/``StepLR`` (also inside ``SequentialLR``) or from a ``lr_milestones``
             attribute of the LightningModule; without either, training is one long cycle.
         bn_base_size: clips over which BatchNorm computes statistics.
-        convert_batchnorm: replace the model's BatchNorm layers with
-            :class:`~lightning_multigrid.norm.MultigridBatchNorm` so their grouping follows the
-            schedule. Turn off to keep plain BatchNorm (statistics then vary with the batch).
-            Ignored (nothing converted) with ``long_cycle=False``.
+        convert_batchnorm: replace the model's BatchNorm layers with :class:`~lightning_multigrid.norm.MultigridBatchNorm`
+            so their grouping follows the schedule; off: plain BatchNorm (statistics vary with the
+            batch). Nothing is converted with ``long_cycle=False``.
         manage_lr: map each step onto the baseline LR timeline and scale by the long-cycle
             factor. Turn off to leave the LR entirely to the user.
         precise_bn_batches: before a validation, when the weights changed since the last
@@ -110,33 +89,18 @@ class MultigridCallback(Callback):
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
             statistics cover as many values on every grid. Both: see
             :class:`~lightning_multigrid.schedule.MultigridConfig`.
-        short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids
-            keep the base batch (LR factor 1, or at most ``short_run_max_lr_factor``) for at most
-            ``short_run_coarse_share`` of the baseline's epochs, the mild grids longest, then the
-            full grid; the run keeps the baseline's epochs and LR schedule. Replaces the long and
-            short cycles, ``epoch_factor`` and the fine-tuning phase (see
-            :class:`~lightning_multigrid.schedule.MultigridConfig` and the measured table in
+        short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids at
+            (about) the base batch first, then the full grid, over the baseline's epochs and LR
+            schedule (see :class:`~lightning_multigrid.schedule.MultigridConfig` and
             ``docs/finetuning-and-short-runs.md``).
         short_run_coarse_share: at most this fraction of the epochs on coarse grids (short-run mode).
         short_run_max_lr_factor: largest batch growth (and LR factor) of a coarse grid (short-run mode).
 
-    Trainer settings (checked in ``setup``/``on_fit_start``, before the first step):
-
-    - ``max_epochs``: required, the baseline's; ``fit_loop.max_epochs`` is the multigrid count
-      during fit and the user's value again after it (``teardown``, or when fit raises).
-    - ``precision``: every setting; sync BatchNorm keeps float32 statistics under mixed precision.
-    - ``val_check_interval``: a float is a fraction of every multigrid epoch; an integer (baseline
-      batches) is mapped to the same fraction of the baseline epoch; an integer with
-      ``check_val_every_n_epoch=None`` is refused. ``check_val_every_n_epoch`` counts multigrid epochs.
-    - ``max_steps``: refused when it would end the baseline before ``max_epochs``; otherwise lifted
-      for the run (restored after it).
-    - ``sync_batchnorm=True``: refused.
-    - resume (``ckpt_path``): the checkpoint's schedule, with the BatchNorm plan recomputed for the
-      current device count; mid-epoch, the DataModule's sampler skips the iterations done.
-    - a second ``fit`` on the same Trainer, or this object reused with another Trainer and model:
-      per-fit state is reset in ``setup``.
-    - parameter groups added during fit (``BackboneFinetuning``): scaled by the long-cycle factor.
-    - ``long_cycle=False``: the model's BatchNorm is left as it is (the batch does not change).
+    Arguments are checked here; Trainer settings in ``setup``/``on_fit_start``, before the first
+    step. Those changed for the fit (``max_epochs``: the multigrid count; ``max_steps``,
+    ``val_check_interval``: mapped) get the user's values back after it, also when fit raises. How
+    every Trainer setting is read, mapped or refused (precision, resume, a second ``fit``,
+    ``BackboneFinetuning``...): ``docs/trainer.md``.
 
     Example::
 
@@ -164,12 +128,21 @@ class MultigridCallback(Callback):
         short_run_coarse_share: float = 0.5,
         short_run_max_lr_factor: int = 1,
     ) -> None:
-        if precise_bn_batches < 0:
-            raise ValueError(f"`precise_bn_batches` must be >= 0, got {precise_bn_batches!r}.")
+        long_factors = DEFAULT_LONG_CYCLE_FACTORS if long_cycle_factors is None else long_cycle_factors
+        short_factors = DEFAULT_SHORT_CYCLE_FACTORS if short_cycle_factors is None else short_cycle_factors
+        # The schedule's own checks; those that need the base grid or the Trainer run in setup.
+        check_options(
+            long_cycle=long_cycle, short_cycle=short_cycle, epoch_factor=epoch_factor,
+            long_cycle_factors=long_factors, short_cycle_factors=short_factors, bn_base_size=bn_base_size,
+            full_grid_share=full_grid_share, scale_bn_base_size=scale_bn_base_size, short_run=short_run,
+            short_run_coarse_share=short_run_coarse_share, short_run_max_lr_factor=short_run_max_lr_factor,
+        )
+        if milestones is not None:
+            check_milestones(milestones)
+        check_int("precise_bn_batches", precise_bn_batches, 0)
         for name, flag in (
-            ("enabled", enabled), ("long_cycle", long_cycle), ("short_cycle", short_cycle),
-            ("convert_batchnorm", convert_batchnorm), ("manage_lr", manage_lr), ("preflight", preflight),
-            ("scale_bn_base_size", scale_bn_base_size),
+            ("enabled", enabled), ("convert_batchnorm", convert_batchnorm), ("manage_lr", manage_lr),
+            ("preflight", preflight),
         ):
             check_bool(name, flag)
         self.enabled = enabled
@@ -182,8 +155,8 @@ class MultigridCallback(Callback):
         self.manage_lr = manage_lr
         self.precise_bn_batches = precise_bn_batches
         self.preflight = preflight
-        self.long_cycle_factors = tuple(tuple(f) for f in long_cycle_factors or DEFAULT_LONG_CYCLE_FACTORS)
-        self.short_cycle_factors = tuple(short_cycle_factors or DEFAULT_SHORT_CYCLE_FACTORS)
+        self.long_cycle_factors = tuple(tuple(f) for f in long_factors)
+        self.short_cycle_factors = tuple(short_factors)
         self.full_grid_share = full_grid_share
         self.scale_bn_base_size = scale_bn_base_size
         self.short_run = short_run
@@ -222,16 +195,17 @@ class MultigridCallback(Callback):
             raise ValueError(
                 f"MultigridCallback needs a DataModule that serves multigrid grids, got "
                 f"{type(trainer.datamodule).__name__}. Use `MultigridVideoDataModule`, or give yours "
-                "`base_shape`, `sampling_rate` and `attach_schedule(schedule)` and build its train "
-                "loader with `ShortCycleBatchSampler`."
+                "`base_shape`, `clip_sampling` and `serve(plan)` and build its train loader with "
+                "`ShortCycleBatchSampler(sampler, plan)` (see `GridDataModule`)."
             )
-        if isinstance(trainer.val_check_interval, int) and trainer.check_val_every_n_epoch is None:
-            raise ValueError(
-                f"`Trainer(val_check_interval={trainer.val_check_interval}, check_val_every_n_epoch=None)` "
-                "validates every so many baseline steps across epochs; multigrid takes fewer, larger "
-                "steps, so that count has no equivalent. Use a float `val_check_interval` (a fraction "
-                "of an epoch) or an integer one with `check_val_every_n_epoch` (both are mapped)."
+        if self.precise_bn_batches and not isinstance(trainer.datamodule, PreciseBNDataModule):
+            rank_zero_warn(
+                f"MultigridCallback(precise_bn_batches={self.precise_bn_batches}) recomputes BatchNorm statistics "
+                f"at the base shape with the DataModule's `precise_bn_dataloader()`, which "
+                f"{type(trainer.datamodule).__name__} does not have: validation uses the statistics of the last "
+                "grid trained. Add `precise_bn_dataloader()`, or pass `precise_bn_batches=0` to silence this."
             )
+        check_val_interval(trainer.val_check_interval, trainer.check_val_every_n_epoch)
         self._baseline_max_epochs = trainer.max_epochs
         if self._manages_batchnorm:
             convert_batchnorm(pl_module)
@@ -249,21 +223,16 @@ class MultigridCallback(Callback):
             return
         datamodule = trainer.datamodule
         configs = trainer.lr_scheduler_configs
-        if any(isinstance(c.scheduler, ReduceLROnPlateau) for c in configs):
-            if self.manage_lr or self.milestones is None:
-                raise ValueError(
-                    "ReduceLROnPlateau reacts to metrics, so multigrid cannot map it onto the baseline "
-                    "run. Use a step or cosine schedule, or pass `MultigridCallback(manage_lr=False, "
-                    "milestones=[...])` to keep it and scale nothing."
-                )
-        needs_length = (
-            any(c.interval == "step" for c in configs)
-            or trainer.max_steps != -1
-            or isinstance(trainer.val_check_interval, int)
-        )
+        check_schedulers(configs, manage_lr=self.manage_lr, milestones_given=self.milestones is not None)
+        stepwise = any(c.interval == "step" for c in configs)
+        needs_length = stepwise or trainer.max_steps != -1 or isinstance(trainer.val_check_interval, int)
         batches_per_epoch = self._baseline_batches_per_epoch(trainer) if needs_length else 1
         steps_per_epoch = max(1, math.ceil(batches_per_epoch / trainer.accumulate_grad_batches))
-        self._map_trainer_limits(trainer, batches_per_epoch, steps_per_epoch)
+        for name, value in map_baseline_limits(
+            max_steps=trainer.max_steps, val_check_interval=trainer.val_check_interval,
+            batches_per_epoch=batches_per_epoch, steps_per_epoch=steps_per_epoch, max_epochs=self._baseline_max_epochs,
+        ).items():
+            self._change(trainer, name, value)
         config = self._build_config(trainer, pl_module, steps_per_epoch)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -272,43 +241,33 @@ class MultigridCallback(Callback):
             rank_zero_info(f"multigrid: {warning.message}")
 
         self._change(trainer, "max_epochs", self.schedule.max_epochs)
-        datamodule.attach_schedule(self.schedule)
+        datamodule.serve(self.schedule)
         drop_train_loader(trainer)  # one built before now serves the baseline grid
         if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
-            self._install_lr_mapping(trainer, pl_module, steps_per_epoch)
+            self._lr = MultigridLR.for_optimizers(
+                self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer)
+            )
         if self.preflight:
             self._preflight(pl_module, datamodule)
         rank_zero_info(self._summary(datamodule, pl_module))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
-        milestones: Sequence[int] | None = self.milestones
-        if milestones is None:
-            milestones = _find_milestones(pl_module, trainer.lr_scheduler_configs, steps_per_epoch, self._baseline_max_epochs)
+        datamodule: GridDataModule = trainer.datamodule
         config = MultigridConfig(
-            base=trainer.datamodule.base_shape,
+            base=datamodule.base_shape,
             max_epochs=self._baseline_max_epochs,
-            milestones=tuple(milestones),
-            sampling_rate=trainer.datamodule.sampling_rate,
+            milestones=self._milestones(trainer, pl_module, steps_per_epoch),
+            sampling_rate=datamodule.clip_sampling.sampling_rate,
             devices=trainer.world_size,
-            long_cycle=self.long_cycle,
-            short_cycle=self.short_cycle,
-            epoch_factor=self.epoch_factor,
-            long_cycle_factors=self.long_cycle_factors,  # type: ignore[arg-type]
-            short_cycle_factors=self.short_cycle_factors,  # type: ignore[arg-type]
-            bn_base_size=self.bn_base_size,
-            jitter_scales=getattr(trainer.datamodule, "jitter_scales", None),
-            full_grid_share=self.full_grid_share,
-            scale_bn_base_size=self.scale_bn_base_size,
-            short_run=self.short_run,
-            short_run_coarse_share=self.short_run_coarse_share,
-            short_run_max_lr_factor=self.short_run_max_lr_factor,
+            jitter_scales=datamodule.clip_sampling.jitter_scales,
+            **{name: getattr(self, name) for name in MULTIGRID_OPTIONS},
         )
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
-            restored = dataclasses.replace(_config_from_dict(self._restored_config), devices=trainer.world_size)
+            restored = dataclasses.replace(MultigridConfig.from_dict(self._restored_config), devices=trainer.world_size)
             if restored != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
@@ -317,55 +276,34 @@ class MultigridCallback(Callback):
             return restored
         return config
 
+    def _milestones(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> tuple[int, ...]:
+        """The baseline's LR milestones: given, declared by the module (``lr_milestones``), or found."""
+        if self.milestones is not None:
+            return tuple(self.milestones)
+        declared = getattr(pl_module, "lr_milestones", None)
+        if declared is not None:
+            return tuple(int(m) for m in declared)
+        found = find_milestones(trainer.lr_scheduler_configs, steps_per_epoch, self._baseline_max_epochs)
+        if not found:
+            rank_zero_info(
+                "multigrid: no LR milestones found (no MultiStepLR/StepLR): the long cycle runs once over "
+                "the whole training. Pass `MultigridCallback(milestones=[...])` for a step-like schedule."
+            )
+        return found
+
     def _baseline_batches_per_epoch(self, trainer: pl.Trainer) -> int:
         # Called before the schedule is attached, so this is the baseline loader's length (with
         # `limit_train_batches`), as the user's configure_optimizers saw it.
         trainer.fit_loop.setup_data()  # builds the baseline train loader if nothing has yet
         return max(1, int(trainer.num_training_batches))
 
-    def _map_trainer_limits(self, trainer: pl.Trainer, batches_per_epoch: int, steps_per_epoch: int) -> None:
-        """Map ``val_check_interval`` and ``max_steps``, given for the baseline, onto the multigrid run."""
-        baseline_steps = steps_per_epoch * self._baseline_max_epochs
-        if trainer.max_steps != -1:
-            if trainer.max_steps < baseline_steps:
-                raise ValueError(
-                    f"`Trainer(max_steps={trainer.max_steps})` ends the baseline run after "
-                    f"{trainer.max_steps / steps_per_epoch:.2f} of its `max_epochs`={self._baseline_max_epochs} "
-                    f"epochs ({steps_per_epoch} steps each); multigrid plans whole baseline epochs and "
-                    "cannot end there. Remove `max_steps` and give the baseline's length as `max_epochs` "
-                    f"(e.g. max_epochs={max(1, round(trainer.max_steps / steps_per_epoch))})."
-                )
-            # It does not limit the baseline, so it must not cut the multigrid run (whose step
-            # count differs) short either.
-            self._change(trainer, "max_steps", -1)
-        if isinstance(trainer.val_check_interval, int):
-            # Every N baseline batches is the fraction N / batches of an epoch; a multigrid epoch
-            # covers the same clips in fewer batches.
-            self._change(trainer, "val_check_interval", min(1.0, trainer.val_check_interval / batches_per_epoch))
-
     def _change(self, trainer: pl.Trainer, name: str, value: Any) -> None:
         """Set a Trainer setting for this fit; :meth:`teardown` puts the user's value back."""
-        owner = _setting_owner(trainer, name)
+        owner = setting_owner(trainer, name)
         self._trainer_settings.setdefault(name, getattr(owner, name))
         setattr(owner, name, value)
 
-    def _install_lr_mapping(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> None:
-        assert self.schedule is not None
-        self._lr = MultigridLR(self.schedule)
-        by_optimizer = {id(c.scheduler.optimizer): c for c in trainer.lr_scheduler_configs}
-        for optimizer in trainer.optimizers:
-            config = by_optimizer.get(id(optimizer))
-            baseline = BaselineLR(
-                optimizer,
-                None if config is None else config.scheduler,
-                interval="step" if config is not None and config.interval == "step" else "epoch",
-                frequency=1 if config is None else config.frequency,
-                steps_per_epoch=steps_per_epoch,
-                share=(pl_module, trainer),
-            )
-            self._lr.attach(optimizer, baseline)
-
-    def _preflight(self, pl_module: pl.LightningModule, datamodule: Any) -> None:
+    def _preflight(self, pl_module: pl.LightningModule, datamodule: GridDataModule) -> None:
         from lightning_multigrid.models import preflight
 
         assert self.schedule is not None
@@ -375,11 +313,12 @@ class MultigridCallback(Callback):
         elif type(pl_module).forward is pl.LightningModule.forward:
             rank_zero_info("multigrid: skipped the preflight check: the LightningModule has no `forward`.")
         else:
-            preflight(pl_module, grids, slowfast_alpha=getattr(datamodule, "slowfast_alpha", None), device=pl_module.device)
+            alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
+            preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
-    def _summary(self, datamodule: Any, pl_module: pl.LightningModule) -> str:
+    def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule) -> str:
         assert self.schedule is not None
-        size = getattr(datamodule, "train_dataset_size", None)
+        size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
         pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
         return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
@@ -418,7 +357,7 @@ class MultigridCallback(Callback):
             return
         epoch = trainer.current_epoch
         stage = self._stage(epoch)
-        grid = self.schedule.short_cycle_at(epoch, batch_idx)
+        grid = self.schedule.grid_at(epoch, batch_idx)
         metrics = {
             "multigrid/batch_size": float(grid.batch_size),
             "multigrid/num_frames": float(grid.num_frames),
@@ -432,8 +371,8 @@ class MultigridCallback(Callback):
         shown = {"multigrid/batch_size", "multigrid/num_frames", "multigrid/crop_size"}
         for key, value in metrics.items():
             pl_module.log(key, value, on_step=True, on_epoch=False, prog_bar=key in shown, batch_size=grid.batch_size)
-        skipped = getattr(trainer.datamodule, "skipped_videos", None)
-        if isinstance(skipped, int):
+        if isinstance(trainer.datamodule, SkipCountingDataModule):
+            skipped = trainer.datamodule.skipped_videos
             # Each rank counts the videos it skipped: the logged value is the sum over ranks
             # (every rank logs at every step, so the reduction never waits on one that does not).
             pl_module.log(
@@ -449,17 +388,16 @@ class MultigridCallback(Callback):
         if self.schedule is None:
             return
         epoch = trainer.current_epoch
-        now, upcoming = self._stage(epoch), self._stage(epoch + 1)
-        changes = (upcoming.shape, upcoming.short_cycle) != (now.shape, now.short_cycle)
+        changes = self.schedule.cycle_at(epoch) != self.schedule.cycle_at(epoch + 1)
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1 if changes else 0)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self.precise_bn_batches or self.schedule is None:
             return
-        loader_factory = getattr(trainer.datamodule, "precise_bn_dataloader", None)
-        if loader_factory is None:
-            return
+        datamodule = trainer.datamodule
+        if not isinstance(datamodule, PreciseBNDataModule):
+            return  # warned in setup
         # Only when the weights changed since the last run (a second validation at the same
         # step, or `trainer.validate()` after fit, would only redraw the statistics).
         done = (id(pl_module), trainer.global_step)
@@ -467,7 +405,7 @@ class MultigridCallback(Callback):
             return
         from lightning_multigrid.precise_bn import update_bn_stats
 
-        update_bn_stats(trainer, pl_module, loader_factory(), self.precise_bn_batches)
+        update_bn_stats(trainer, pl_module, datamodule.precise_bn_dataloader(), self.precise_bn_batches)
         self._precise_bn_done = done
         # Precise BN ran at the base shape in plain mode; training resumes with its own plan.
         self._applied_bn = None
@@ -489,11 +427,11 @@ class MultigridCallback(Callback):
         # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
         # set, not the multigrid run's epochs.
         for name, value in self._trainer_settings.items():
-            setattr(_setting_owner(trainer, name), name, value)
+            setattr(setting_owner(trainer, name), name, value)
         self._trainer_settings.clear()
         datamodule = trainer.datamodule
         if self.schedule is not None and isinstance(datamodule, GridDataModule):
-            datamodule.attach_schedule(None)
+            datamodule.serve(None)
 
     # --------------------------------------------------------------- resume
 
@@ -501,72 +439,9 @@ class MultigridCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         if self.schedule is None:
             return {}
-        return {"config": dataclasses.asdict(self.schedule.config)}
+        return {"config": self.schedule.config.to_dict()}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_config = state_dict.get("config")
-
-
-def _setting_owner(trainer: pl.Trainer, name: str) -> Any:
-    """The object whose attribute ``name`` holds a Trainer setting (``trainer.max_steps`` and
-    ``trainer.max_epochs`` are read-only views of the fit loop's)."""
-    if name == "max_epochs":
-        return trainer.fit_loop
-    if name == "max_steps":
-        return trainer.fit_loop.epoch_loop
-    return trainer
-
-
-def _config_from_dict(values: dict[str, Any]) -> MultigridConfig:
-    """Rebuild a config saved with ``dataclasses.asdict`` (lists back to tuples)."""
-    values = dict(values)
-    base = values.pop("base", None)
-    if base is None:  # checkpoints written before the config held one GridShape
-        base = {name: values.pop(name) for name in ("batch_size", "num_frames", "crop_size")}
-    values["base"] = GridShape(**base)
-    values["milestones"] = tuple(values["milestones"])
-    values["long_cycle_factors"] = tuple(tuple(f) for f in values["long_cycle_factors"])
-    values["short_cycle_factors"] = tuple(values["short_cycle_factors"])
-    if values.get("jitter_scales") is not None:
-        values["jitter_scales"] = tuple(values["jitter_scales"])
-    return MultigridConfig(**values)
-
-
-def _find_milestones(
-    pl_module: pl.LightningModule, configs: Sequence[Any], steps_per_epoch: int, max_epochs: int
-) -> tuple[int, ...]:
-    """Baseline epochs where LR stages start, from the module or the user's step schedulers."""
-    declared = getattr(pl_module, "lr_milestones", None)
-    if declared is not None:
-        return tuple(int(m) for m in declared)
-    found: set[int] = set()
-    for config in configs:
-        per_epoch = steps_per_epoch / config.frequency if config.interval == "step" else 1 / config.frequency
-        horizon = max_epochs * per_epoch
-        for milestone in _scheduler_milestones(config.scheduler, horizon):
-            found.add(round(milestone / per_epoch))
-    milestones = tuple(sorted(m for m in found if 0 < m < max_epochs))
-    if not milestones:
-        rank_zero_info(
-            "multigrid: no LR milestones found (no MultiStepLR/StepLR): the long cycle runs once over "
-            "the whole training. Pass `MultigridCallback(milestones=[...])` for a step-like schedule."
-        )
-    return milestones
-
-
-def _scheduler_milestones(scheduler: Any, horizon: float, offset: int = 0) -> list[int]:
-    """Scheduler steps where a step scheduler decays the LR, in its own units."""
-    if isinstance(scheduler, MultiStepLR):
-        return [offset + m for m in sorted(scheduler.milestones)]
-    if isinstance(scheduler, StepLR):
-        return list(range(offset + scheduler.step_size, math.ceil(horizon), scheduler.step_size))
-    if isinstance(scheduler, SequentialLR):
-        schedulers, milestones = sequential_lr_parts(scheduler)
-        return [
-            m
-            for inner, start in zip(schedulers, [0, *milestones])
-            for m in _scheduler_milestones(inner, horizon, offset + start)
-        ]
-    return []
 

@@ -14,7 +14,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import MultigridConfig, build_schedule
 
 __all__ = ["main"]
 
@@ -24,7 +25,7 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     base.add_argument("--batch-size", type=int, required=True, help="clips per device")
     base.add_argument("--num-frames", type=int, required=True, help="frames per clip")
     base.add_argument("--crop-size", type=int, required=True, help="crop in pixels (square)")
-    base.add_argument("--sampling-rate", type=float, default=1, help="frame stride (default 1)")
+    base.add_argument("--sampling-rate", type=int, default=1, help="frame stride (default 1)")
     base.add_argument("--max-epochs", type=int, required=True, help="baseline epochs")
     base.add_argument(
         "--milestones", type=int, nargs="*", default=[], metavar="M",

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytorch_lightning as pl
 from typing_extensions import override
 
+from lightning_multigrid._tables import table_lines
+
 __all__ = ["Comparison", "RunResult", "TrainingClock", "format_comparison", "plot_curves", "run_compare"]
 
 
@@ -244,9 +246,7 @@ def format_comparison(comparison: Comparison) -> str:
             (run.name, str(run.epochs), str(run.iterations), f"{run.train_seconds:.1f}", f"{speedup:.2f}x",
              *(f"{run.metrics[k]:.3f}" if k in run.metrics else "-" for k in keys))
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = table_lines(rows)
     steps = base.iterations / multi.iterations if multi.iterations else math.nan
     summary = f"multigrid: {comparison.speedup:.2f}x faster in training wall-clock, {steps:.2f}x fewer iterations"
     for key in keys:

@@ -11,6 +11,8 @@ cosine, warm-up chains, ``LambdaLR`` and ``OneCycleLR`` all work.
 position times the long-cycle factor, set in an optimizer step pre-hook and undone in the
 post-hook, so the user's scheduler keeps stepping the LRs it set (DESIGN.md section 4: no
 Lightning hook runs between ``optimizer.step()`` and ``scheduler.step()``).
+
+:func:`find_milestones` reads the baseline's LR stages from the user's step schedulers.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ import copy
 import functools
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
+from torch.optim.lr_scheduler import MultiStepLR, ReduceLROnPlateau, SequentialLR, StepLR
 from torch.utils.hooks import RemovableHandle
 
+from lightning_multigrid._internals import sequential_lr_parts
 from lightning_multigrid.schedule import MultigridSchedule
 
-__all__ = ["BaselineLR", "MultigridLR"]
+__all__ = ["BaselineLR", "MultigridLR", "check_schedulers", "find_milestones"]
 
 
 class BaselineLR:
@@ -129,6 +134,39 @@ class MultigridLR:
         self._user_lrs: dict[int, list[float]] = {}  # per optimizer, during its step only
         self._epoch = 0.0  # multigrid position, in (fractional) epochs
 
+    @classmethod
+    def for_optimizers(
+        cls,
+        schedule: MultigridSchedule,
+        optimizers: Sequence[torch.optim.Optimizer],
+        scheduler_configs: Sequence[Any],
+        steps_per_epoch: int,
+        share: tuple[object, ...] = (),
+    ) -> MultigridLR:
+        """Map every optimizer's steps, each with the scheduler of Lightning's config that drives it (if any).
+
+        Args:
+            schedule: the multigrid schedule.
+            optimizers: the user's optimizers.
+            scheduler_configs: Lightning's scheduler configs (``scheduler``, ``interval``, ``frequency``).
+            steps_per_epoch: baseline optimizer steps per epoch.
+            share: objects the scheduler copies must reference, not copy (see :class:`BaselineLR`).
+        """
+        lr = cls(schedule)
+        by_optimizer = {id(c.scheduler.optimizer): c for c in scheduler_configs}
+        for optimizer in optimizers:
+            config = by_optimizer.get(id(optimizer))
+            baseline = BaselineLR(
+                optimizer,
+                None if config is None else config.scheduler,
+                interval="step" if config is not None and config.interval == "step" else "epoch",
+                frequency=1 if config is None else config.frequency,
+                steps_per_epoch=steps_per_epoch,
+                share=share,
+            )
+            lr.attach(optimizer, baseline)
+        return lr
+
     def attach(self, optimizer: torch.optim.Optimizer, baseline: BaselineLR) -> None:
         """Map ``optimizer``'s steps from now on, with ``baseline`` giving the user's LRs."""
         self._baselines.append((optimizer, baseline))
@@ -171,3 +209,53 @@ class MultigridLR:
     def _restore(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         for group, lr in zip(optimizer.param_groups, self._user_lrs.pop(id(optimizer), [])):
             group["lr"] = lr
+
+
+def find_milestones(configs: Sequence[Any], steps_per_epoch: int, max_epochs: int) -> tuple[int, ...]:
+    """Baseline epochs (0-based) where LR stages start, read from the user's step schedulers.
+
+    Args:
+        configs: Lightning's scheduler configs (``scheduler``, ``interval``, ``frequency``).
+        steps_per_epoch: baseline optimizer steps per epoch (for ``interval="step"``).
+        max_epochs: baseline epochs; milestones outside ``(0, max_epochs)`` are dropped.
+
+    Returns:
+        The decay epochs of every ``MultiStepLR``/``StepLR`` (also inside ``SequentialLR``),
+        sorted; ``()`` when there is none.
+    """
+    found: set[int] = set()
+    for config in configs:
+        per_epoch = steps_per_epoch / config.frequency if config.interval == "step" else 1 / config.frequency
+        for milestone in _scheduler_milestones(config.scheduler, max_epochs * per_epoch):
+            found.add(round(milestone / per_epoch))
+    return tuple(sorted(m for m in found if 0 < m < max_epochs))
+
+
+def check_schedulers(configs: Sequence[Any], *, manage_lr: bool, milestones_given: bool) -> None:
+    """Refuse a ``ReduceLROnPlateau`` unless the LR is left to the user and the milestones are given.
+
+    Raises:
+        ValueError: naming the scheduler and the settings that keep it.
+    """
+    if any(isinstance(c.scheduler, ReduceLROnPlateau) for c in configs) and (manage_lr or not milestones_given):
+        raise ValueError(
+            "ReduceLROnPlateau reacts to metrics, so multigrid cannot map it onto the baseline "
+            "run. Use a step or cosine schedule, or pass `MultigridCallback(manage_lr=False, "
+            "milestones=[...])` to keep it and scale nothing."
+        )
+
+
+def _scheduler_milestones(scheduler: Any, horizon: float, offset: int = 0) -> list[int]:
+    """Scheduler steps where a step scheduler decays the LR, in its own units."""
+    if isinstance(scheduler, MultiStepLR):
+        return [offset + m for m in sorted(scheduler.milestones)]
+    if isinstance(scheduler, StepLR):
+        return list(range(offset + scheduler.step_size, math.ceil(horizon), scheduler.step_size))
+    if isinstance(scheduler, SequentialLR):
+        schedulers, milestones = sequential_lr_parts(scheduler)
+        return [
+            m
+            for inner, start in zip(schedulers, [0, *milestones])
+            for m in _scheduler_milestones(inner, horizon, offset + start)
+        ]
+    return []

@@ -44,6 +44,7 @@ from lightning_multigrid.models import (
     load_weights,
     make_multigrid_compatible,
     preflight,
+    slowfast_pathways,
 )
 
 __all__ = ["VideoClassifier", "VideoPredictions", "aggregate_views"]
@@ -233,7 +234,7 @@ class VideoClassifier(pl.LightningModule):
         if isinstance(video, torch.Tensor):
             if self.slowfast_alpha is None:
                 return self.backbone(video)
-            return self.backbone([video[:, :, :: self.slowfast_alpha], video])
+            return self.backbone(slowfast_pathways(video, self.slowfast_alpha))
         # A new list: pytorchvideo's SlowFast overwrites the entries of the list it is given.
         return self.backbone(list(video))
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_multigrid._tables import table_lines
 from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
 
 __all__ = [
@@ -240,9 +241,7 @@ def format_table(
                 f"{low:g}-{high:g}",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = table_lines(rows)
     config = schedule.config
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
     if config.short_run:
@@ -275,9 +274,7 @@ def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:
                 f"{100 * c.iterations / total:.1f}%",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = table_lines(rows)
     return "\n".join(["Per grid, per device:", *lines])
 
 
@@ -298,7 +295,7 @@ def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: i
     for epoch in range(schedule.max_epochs):
         epoch_starts.append(epoch_starts[-1] + schedule.iterations_in_epoch(epoch, clips))
     batches = [
-        schedule.short_cycle_at(epoch, i).batch_size
+        schedule.grid_at(epoch, i).batch_size
         for epoch in range(schedule.max_epochs)
         for i in range(epoch_starts[epoch + 1] - epoch_starts[epoch])
     ]

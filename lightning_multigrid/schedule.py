@@ -12,7 +12,10 @@ Example::
         milestones=(94, 154, 196), max_epochs=239, devices=8))
     schedule.max_epochs                # 358
     schedule.stage_at(0).shape         # GridShape(batch_size=64, num_frames=8, crop_size=158)
-    schedule.short_cycle_at(0, 0)      # GridShape(batch_size=128, num_frames=8, crop_size=112)
+    schedule.grid_at(0, 0)             # GridShape(batch_size=128, num_frames=8, crop_size=112)
+
+The grid facts (``GridShape``, ``ClipSampling``, ``count_batches``) live in
+:mod:`lightning_multigrid.grid`; a ``MultigridSchedule`` is a :class:`~lightning_multigrid.grid.GridPlan`.
 """
 
 from __future__ import annotations
@@ -21,14 +24,16 @@ import bisect
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 from lightning_multigrid._checks import check_bool, check_positive_int
+from lightning_multigrid.grid import ClipSampling, GridShape, count_batches
 
 __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
     "DEFAULT_SHORT_CYCLE_FACTORS",
+    "MULTIGRID_OPTIONS",
     "BNPlan",
     "GridCount",
     "GridShape",
@@ -37,8 +42,8 @@ __all__ = [
     "ShortScheduleWarning",
     "Stage",
     "build_schedule",
-    "check_jitter_scales",
-    "count_batches",
+    "check_milestones",
+    "check_options",
     "grid_counts",
     "plan_batchnorm",
 ]
@@ -56,15 +61,6 @@ DEFAULT_SHORT_CYCLE_FACTORS: tuple[float, float] = (0.5, 0.5**0.5)
 
 class ShortScheduleWarning(UserWarning):
     """The schedule is too short for every long-cycle shape to get a whole epoch."""
-
-
-@dataclass(frozen=True, slots=True)
-class GridShape:
-    """The shape of one mini-batch: ``(batch_size, C, num_frames, crop_size, crop_size)``."""
-
-    batch_size: int  # clips per device
-    num_frames: int
-    crop_size: int  # pixels, square
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +137,7 @@ class MultigridConfig:
         max_epochs: baseline number of epochs.
         milestones: epochs (0-based) where the baseline LR stages after the first start,
             strictly increasing, each in ``(0, max_epochs)``.
-        sampling_rate: baseline frame stride ``tau``.
+        sampling_rate: baseline frame stride ``tau``, a positive integer.
         gamma: LR decay per baseline stage (used for ``relative_lr`` only).
         devices: number of devices (ranks) training together.
         long_cycle: vary frames and crop over epochs.
@@ -158,7 +154,7 @@ class MultigridConfig:
             as at the base shape; the paper keeps the clips fixed, so on the coarsest grid a
             statistic covers ``r`` times fewer values.
         jitter_scales: ``(min, max)`` short side in pixels before the baseline crop; default
-            ``(256, 320) * S / 224``.
+            :func:`~lightning_multigrid.grid.default_jitter_scales` (``(256, 320) * S / 224``).
         full_grid_share: at least this fraction of the baseline's iterations run at the full
             grid (base batch, frames and crop): the fine-tuning phase drops the short cycle and
             lasts ``ceil(full_grid_share * max_epochs)`` epochs or the paper's length, whichever
@@ -185,7 +181,7 @@ class MultigridConfig:
     base: GridShape
     max_epochs: int
     milestones: tuple[int, ...] = ()
-    sampling_rate: float = 1
+    sampling_rate: int = 1
     gamma: float = 0.1
     devices: int = 1
     long_cycle: bool = True
@@ -200,18 +196,25 @@ class MultigridConfig:
     short_run: bool = False
     short_run_coarse_share: float = 0.5
     short_run_max_lr_factor: int = 1
+    _clip_sampling: ClipSampling = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.base, GridShape):
+            raise TypeError(f"`base` must be a GridShape(batch_size, num_frames, crop_size), got {self.base!r}.")
+        check_options(**{name: getattr(self, name) for name in MULTIGRID_OPTIONS})
+        for name in ("max_epochs", "devices"):
+            check_positive_int(name, getattr(self, name))
+        _check_positive_number("gamma", self.gamma)
+        check_milestones(self.milestones, self.max_epochs)
+        sampling = ClipSampling(self.sampling_rate, self.jitter_scales)
+        sampling.check_fits(self.crop_size)
+        object.__setattr__(self, "_clip_sampling", sampling)
+        object.__setattr__(self, "jitter_scales", sampling.jitter_scales)
         object.__setattr__(self, "milestones", tuple(self.milestones))
         object.__setattr__(self, "long_cycle_factors", tuple(tuple(f) for f in self.long_cycle_factors))
         object.__setattr__(self, "short_cycle_factors", tuple(self.short_cycle_factors))
-        self._check_numbers()
-        self._check_flags()
-        self._check_milestones()
-        self._check_factors()
-        self._check_short_run()
-        if self.jitter_scales is not None:
-            check_jitter_scales(self.jitter_scales, self.crop_size)
+        if self.long_cycle and self.short_cycle:
+            self._check_short_cycle_crops()
 
     @property
     def batch_size(self) -> int:
@@ -228,66 +231,31 @@ class MultigridConfig:
         """Baseline crop ``S`` in pixels."""
         return self.base.crop_size
 
-    def _check_numbers(self) -> None:
-        if not isinstance(self.base, GridShape):
-            raise TypeError(f"`base` must be a GridShape(batch_size, num_frames, crop_size), got {self.base!r}.")
-        for name in ("batch_size", "num_frames", "crop_size"):
-            check_positive_int(name, getattr(self.base, name))
-        for name in ("max_epochs", "devices", "bn_base_size"):
-            check_positive_int(name, getattr(self, name))
-        for name in ("sampling_rate", "epoch_factor", "gamma"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0 or math.isinf(value):
-                raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
-        share = self.full_grid_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
-            raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {share!r}.")
+    @property
+    def clip_sampling(self) -> ClipSampling:
+        """``sampling_rate`` and ``jitter_scales`` as one value."""
+        return self._clip_sampling
 
-    def _check_flags(self) -> None:
-        for name in ("long_cycle", "short_cycle", "scale_bn_base_size", "short_run"):
-            check_bool(name, getattr(self, name))
+    def to_dict(self) -> dict[str, Any]:
+        """The arguments as plain values (``base`` a dict), as checkpoints store them; see :meth:`from_dict`."""
+        return {f.name: asdict(self.base) if f.name == "base" else getattr(self, f.name) for f in fields(self) if f.init}
 
-    def _check_short_run(self) -> None:
-        share = self.short_run_coarse_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 1:
-            raise ValueError(f"`short_run_coarse_share` must be a number in [0, 1), got {share!r}.")
-        check_positive_int("short_run_max_lr_factor", self.short_run_max_lr_factor)
-        if self.short_run and self.full_grid_share > 0:
-            raise ValueError(
-                f"`short_run=True` and `full_grid_share`={self.full_grid_share!r} both decide the full grid's "
-                "share: the short-run mode runs the full grid for all but `short_run_coarse_share` of the epochs. "
-                "Set `full_grid_share=0`, or `short_run=False`."
-            )
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> MultigridConfig:
+        """Rebuild a config from :meth:`to_dict` (sequences become tuples on construction).
 
-    def _check_milestones(self) -> None:
-        previous = 0
-        for milestone in self.milestones:
-            if not isinstance(milestone, int) or isinstance(milestone, bool):
-                raise ValueError(f"`milestones` must be integers (epochs), got {self.milestones!r}.")
-            if milestone <= previous:
-                raise ValueError(
-                    f"`milestones` must be strictly increasing and > 0, got {list(self.milestones)!r}."
-                )
-            previous = milestone
-        if self.milestones and self.milestones[-1] >= self.max_epochs:
-            raise ValueError(
-                f"`milestones` must be < `max_epochs`={self.max_epochs}, got {list(self.milestones)!r}."
-            )
-
-    def _check_factors(self) -> None:
-        if not self.long_cycle_factors:
-            raise ValueError("`long_cycle_factors` must name at least one shape, got ().")
-        for pair in self.long_cycle_factors:
-            if len(pair) != 2 or not all(_is_factor(f) for f in pair):
-                raise ValueError(
-                    f"`long_cycle_factors` must be (t_factor, s_factor) pairs in (0, 1], got {pair!r}."
-                )
-        if len(self.short_cycle_factors) != 2 or not all(_is_factor(f) for f in self.short_cycle_factors):
-            raise ValueError(
-                f"`short_cycle_factors` must be two factors in (0, 1], got {self.short_cycle_factors!r}."
-            )
-        if self.long_cycle and self.short_cycle:
-            self._check_short_cycle_crops()
+        Also reads checkpoints written before the config held one ``GridShape`` (flat
+        ``batch_size``/``num_frames``/``crop_size``) or an integer ``sampling_rate`` (a float then).
+        """
+        values = dict(values)
+        base = values.pop("base", None)
+        if base is None:
+            base = {name: values.pop(name) for name in ("batch_size", "num_frames", "crop_size")}
+        values["base"] = GridShape(**base)
+        rate = values.get("sampling_rate")
+        if isinstance(rate, float) and rate.is_integer():
+            values["sampling_rate"] = int(rate)
+        return cls(**values)
 
     def _check_short_cycle_crops(self) -> None:
         """Every short-cycle crop at most every long-cycle crop, in pixels.
@@ -318,9 +286,90 @@ class MultigridConfig:
         return edges[lr_stage], edges[lr_stage + 1]
 
 
+# The options a MultigridCallback takes too (same names), checked by `check_options` for both.
+MULTIGRID_OPTIONS: tuple[str, ...] = (
+    "long_cycle", "short_cycle", "epoch_factor", "long_cycle_factors", "short_cycle_factors", "bn_base_size",
+    "full_grid_share", "scale_bn_base_size", "short_run", "short_run_coarse_share", "short_run_max_lr_factor",
+)
+
+
+def check_options(
+    *,
+    long_cycle: Any,
+    short_cycle: Any,
+    epoch_factor: Any,
+    long_cycle_factors: Any,
+    short_cycle_factors: Any,
+    bn_base_size: Any,
+    full_grid_share: Any,
+    scale_bn_base_size: Any,
+    short_run: Any,
+    short_run_coarse_share: Any,
+    short_run_max_lr_factor: Any,
+) -> None:
+    """Check the multigrid options that need neither the base shape nor the Trainer (see :class:`MultigridConfig`).
+
+    Raises:
+        ValueError: naming the option, its constraint and its value.
+    """
+    for name, flag in (
+        ("long_cycle", long_cycle), ("short_cycle", short_cycle), ("scale_bn_base_size", scale_bn_base_size),
+        ("short_run", short_run),
+    ):
+        check_bool(name, flag)
+    _check_positive_number("epoch_factor", epoch_factor)
+    check_positive_int("bn_base_size", bn_base_size)
+    check_positive_int("short_run_max_lr_factor", short_run_max_lr_factor)
+    if not _is_number(full_grid_share) or not 0 <= full_grid_share <= 1:
+        raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {full_grid_share!r}.")
+    if not _is_number(short_run_coarse_share) or not 0 <= short_run_coarse_share < 1:
+        raise ValueError(f"`short_run_coarse_share` must be a number in [0, 1), got {short_run_coarse_share!r}.")
+    if short_run and full_grid_share > 0:
+        raise ValueError(
+            f"`short_run=True` and `full_grid_share`={full_grid_share!r} both decide the full grid's "
+            "share: the short-run mode runs the full grid for all but `short_run_coarse_share` of the epochs. "
+            "Set `full_grid_share=0`, or `short_run=False`."
+        )
+    if not isinstance(long_cycle_factors, Sequence) or not long_cycle_factors:
+        raise ValueError(f"`long_cycle_factors` must name at least one shape, got {long_cycle_factors!r}.")
+    for pair in long_cycle_factors:
+        if not isinstance(pair, Sequence) or len(pair) != 2 or not all(_is_factor(f) for f in pair):
+            raise ValueError(f"`long_cycle_factors` must be (t_factor, s_factor) pairs in (0, 1], got {pair!r}.")
+    if (
+        not isinstance(short_cycle_factors, Sequence) or len(short_cycle_factors) != 2
+        or not all(_is_factor(f) for f in short_cycle_factors)
+    ):
+        raise ValueError(f"`short_cycle_factors` must be two factors in (0, 1], got {short_cycle_factors!r}.")
+
+
+def check_milestones(milestones: Sequence[Any], max_epochs: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``milestones`` are integer epochs, strictly increasing, > 0 (and < ``max_epochs``)."""
+    previous = 0
+    for milestone in milestones:
+        if not isinstance(milestone, int) or isinstance(milestone, bool):
+            raise ValueError(f"`milestones` must be integers (epochs), got {milestones!r}.")
+        if milestone <= previous:
+            raise ValueError(f"`milestones` must be strictly increasing and > 0, got {list(milestones)!r}.")
+        previous = milestone
+    if max_epochs is not None and milestones and milestones[-1] >= max_epochs:
+        raise ValueError(f"`milestones` must be < `max_epochs`={max_epochs}, got {list(milestones)!r}.")
+
+
+def _check_positive_number(name: str, value: Any) -> None:
+    if not _is_number(value) or not value > 0 or math.isinf(value):
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True, slots=True)
 class MultigridSchedule:
     """The whole multigrid training plan: contiguous, non-empty stages covering all epochs.
+
+    A :class:`~lightning_multigrid.grid.GridPlan`: the batch sampler and the DataModule read it
+    as they read the baseline's :class:`~lightning_multigrid.grid.FixedGrid`.
 
     Build it with :func:`build_schedule`. All epochs and iterations are 0-based.
     """
@@ -341,8 +390,17 @@ class MultigridSchedule:
 
     @property
     def base_shape(self) -> GridShape:
-        c = self.config
-        return GridShape(c.batch_size, c.num_frames, c.crop_size)
+        """The baseline grid the schedule was built from."""
+        return self.config.base
+
+    @property
+    def clip_sampling(self) -> ClipSampling:
+        """The baseline frame stride and jitter scales."""
+        return self.config.clip_sampling
+
+    def epoch_spans(self) -> tuple[tuple[int, int | None], ...]:
+        """Each stage's epochs ``[start_epoch, end_epoch)``."""
+        return tuple((s.start_epoch, s.end_epoch) for s in self.stages)
 
     def stage_at(self, epoch: int) -> Stage:
         """The stage that contains ``epoch``; epochs past the end stay in the last stage."""
@@ -351,10 +409,14 @@ class MultigridSchedule:
         index = bisect.bisect_right(self._stage_ends, epoch)
         return self.stages[min(index, len(self.stages) - 1)]
 
-    def short_cycle_at(self, epoch: int, iteration: int) -> GridShape:
-        """The grid of 0-based ``iteration`` of ``epoch`` (the long-cycle grid without short cycle)."""
+    def grid_at(self, epoch: int, iteration: int) -> GridShape:
+        """The grid of 0-based ``iteration`` of ``epoch``: its short-cycle grid, or the stage's shape without one."""
         cycle = self.cycle_at(epoch)
         return cycle[iteration % len(cycle)]
+
+    def sampling_rate_range_at(self, epoch: int) -> tuple[float, float]:
+        """``(min, max)`` frame stride of ``epoch``'s clips: the stage's ``sampling_rate``."""
+        return self.stage_at(epoch).sampling_rate
 
     def relative_lr_at(self, epoch: int) -> float:
         """``gamma ** lr_stage * lr_factor``: the reference implementation's relative LR."""
@@ -363,8 +425,7 @@ class MultigridSchedule:
 
     def jitter_scales_for(self, crop_size: int) -> tuple[int, int]:
         """Short-side range in pixels for a crop: the minimum scales with the crop, the maximum not."""
-        low, high = self.config.jitter_scales or _default_jitter_scales(self.config.crop_size)
-        return round(low * crop_size / self.config.crop_size), high
+        return self.config.clip_sampling.jitter_scales_for(crop_size, self.config.crop_size)
 
     def baseline_epoch_at(self, epoch: float) -> float:
         """Map a (fractional) multigrid epoch onto the baseline run's timeline.
@@ -422,47 +483,6 @@ class MultigridSchedule:
             for grid in self.cycle_at(stage.start_epoch):
                 grids[grid] = None
         return tuple(grids)
-
-
-def count_batches(num_clips: int, batch_sizes: Sequence[int], drop_last: bool = False) -> tuple[tuple[int, int], ...]:
-    """Batches and clips at each cycle position when ``num_clips`` clips fill batches of ``batch_sizes[i % len]``.
-
-    The one count of iterations: the schedule's per-epoch numbers and the batch sampler's
-    ``len()`` both come from here. Example: 10 clips, sizes ``(4, 2, 1)``: ``4 + 2 + 1 = 7``
-    clips in one batch each, then 3 clips left fill a partial batch of 4 ->
-    ``((2, 7), (1, 2), (1, 1))``; with ``drop_last`` the partial batch goes: ``((1, 4), (1, 2), (1, 1))``.
-
-    Returns:
-        ``(batches, clips)`` per position of ``batch_sizes``.
-
-    Raises:
-        ValueError: when ``num_clips`` is negative or a batch size is not positive.
-    """
-    if num_clips < 0:
-        raise ValueError(f"`num_clips` must be >= 0, got {num_clips!r}.")
-    if not batch_sizes or any(size <= 0 for size in batch_sizes):
-        raise ValueError(f"`batch_sizes` must be positive integers, got {list(batch_sizes)!r}.")
-    full_cycles, remainder = divmod(num_clips, sum(batch_sizes))
-    counts = []
-    for size in batch_sizes:
-        batches, clips = full_cycles, full_cycles * size
-        if remainder >= size or (remainder > 0 and not drop_last):
-            batches, clips = batches + 1, clips + min(size, remainder)
-        remainder -= size
-        counts.append((batches, clips))
-    return tuple(counts)
-
-
-def check_jitter_scales(jitter_scales: tuple[int, int], crop_size: int) -> None:
-    """Raise unless ``(min, max)`` short sides in pixels are ordered and fit a ``crop_size`` crop."""
-    low, high = jitter_scales
-    if not 0 < low <= high:
-        raise ValueError(f"`jitter_scales` must be 0 < min <= max, got {jitter_scales!r}.")
-    if low < crop_size:
-        raise ValueError(
-            f"`jitter_scales` min {low} is smaller than `crop_size`={crop_size}: "
-            "the crop would not fit; raise the min scale."
-        )
 
 
 def grid_counts(schedule: MultigridSchedule, dataset_size: int) -> tuple[GridCount, ...]:
@@ -807,11 +827,6 @@ def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: 
     if config.short_cycle:
         crops = [f * config.crop_size for f in config.short_cycle_factors] + crops
     return sum(_relative_batch(config, num_frames, c) for c in crops) / len(crops)
-
-
-def _default_jitter_scales(crop_size: int) -> tuple[int, int]:
-    # 256-320 for a 224 crop, the Kinetics convention, scaled to other crops.
-    return round(256 * crop_size / 224), round(320 * crop_size / 224)
 
 
 def _is_factor(value: object) -> bool:

@@ -158,9 +158,9 @@ def test_every_step_follows_the_schedule(synthetic_dataset, train_manifest, cycl
         assert len(steps) == schedule.iterations_in_epoch(epoch, clips)
         stage = schedule.stage_at(epoch)
         for step in steps:
-            grid = schedule.short_cycle_at(epoch, step["batch_idx"])
+            grid = schedule.grid_at(epoch, step["batch_idx"])
             expected_batch = min(grid.batch_size, clips - sum(
-                schedule.short_cycle_at(epoch, i).batch_size for i in range(step["batch_idx"])))
+                schedule.grid_at(epoch, i).batch_size for i in range(step["batch_idx"])))
             assert step["shape"] == (expected_batch, 3, grid.num_frames, grid.crop_size, grid.crop_size)
             # Short cycle only: the user's BatchNorm stays (not converted, as the reference).
             assert step["bn"] == (None if cycles == "short only" else (stage.bn.mode, stage.bn.num_splits))

@@ -115,7 +115,7 @@ def test_both_ranks_follow_the_schedule_in_lockstep(ranks):
         assert [s["batch_idx"] for s in in_epoch] == list(range(SCHEDULE.iterations_in_epoch(epoch, TRAIN_VIDEOS)))
         served = 0
         for step in in_epoch:
-            grid = SCHEDULE.short_cycle_at(epoch, step["batch_idx"])
+            grid = SCHEDULE.grid_at(epoch, step["batch_idx"])
             batch = min(grid.batch_size, CLIPS_PER_RANK - served)  # the last batch may be partial
             served += batch
             assert step["shape"] == [batch, 3, grid.num_frames, grid.crop_size, grid.crop_size], (epoch, step["batch_idx"])

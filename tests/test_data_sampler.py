@@ -84,7 +84,7 @@ def test_every_stage_yields_the_schedule_shapes(mode: str) -> None:
             batches = epoch_batches(batch_sampler, epoch)
             assert len(batches) == len(batch_sampler) == schedule.iterations_in_epoch(epoch, dataset_size)
             for i, batch in enumerate(batches):
-                grid = schedule.short_cycle_at(epoch, i)
+                grid = schedule.grid_at(epoch, i)
                 assert grid_of(batch) == (grid.num_frames, grid.crop_size)
                 assert len(batch) == grid.batch_size or i == len(batches) - 1
                 assert 0 < len(batch) <= grid.batch_size
@@ -116,7 +116,7 @@ def test_len_equals_batches_yielded(mode: str, drop_last: bool) -> None:
             if not drop_last:
                 assert len(batches) == schedule.iterations_in_epoch(epoch, dataset_size)
             else:
-                assert all(len(b) == schedule.short_cycle_at(epoch, i).batch_size for i, b in enumerate(batches))
+                assert all(len(b) == schedule.grid_at(epoch, i).batch_size for i, b in enumerate(batches))
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -177,7 +177,7 @@ def test_epoch_is_read_from_the_inner_sampler() -> None:
     sampler.set_epoch(last.start_epoch)  # what Lightning does: the batch sampler is not told
     assert batch_sampler.epoch == last.start_epoch
     batches = list(batch_sampler)
-    assert grid_of(batches[-1]) == (last.shape.num_frames, schedule.short_cycle_at(last.start_epoch, len(batches) - 1).crop_size)
+    assert grid_of(batches[-1]) == (last.shape.num_frames, schedule.grid_at(last.start_epoch, len(batches) - 1).crop_size)
     assert len(batch_sampler) == schedule.iterations_in_epoch(last.start_epoch, 64)
     batch_sampler.set_epoch(2)  # and set_epoch on the batch sampler forwards to the inner one
     assert sampler.epoch == 2
@@ -202,10 +202,10 @@ def test_lightning_style_reinstantiation_keeps_arguments() -> None:
     schedule = make_schedule()
     batch_sampler = ShortCycleBatchSampler(EpochShardSampler(50), schedule, drop_last=True, seed=4, start_epoch=3)
     new_sampler: DistributedSampler[int] = DistributedSampler(range(50), num_replicas=2, rank=1, shuffle=True, seed=0)  # type: ignore[arg-type]
-    names = ("schedule", "drop_last", "seed", "start_epoch")
+    names = ("plan", "drop_last", "seed", "start_epoch")
     clone = type(batch_sampler)(new_sampler, **{name: getattr(batch_sampler, name) for name in names})
     assert clone.sampler is new_sampler
-    assert (clone.schedule, clone.drop_last, clone.seed, clone.epoch) == (schedule, True, 4, 3)
+    assert (clone.plan, clone.drop_last, clone.seed, clone.epoch) == (schedule, True, 4, 3)
     assert len(list(clone)) == len(clone)
 
 
@@ -231,7 +231,7 @@ def test_lightning_update_dataloader_injects_distributed_sampler() -> None:
     injected.set_epoch(schedule.stages[1].start_epoch)  # Lightning sets the epoch on the inner sampler
     batches = list(updated)
     assert len(batches) == len(updated) == schedule.iterations_in_epoch(schedule.stages[1].start_epoch, 50)
-    grid = schedule.short_cycle_at(schedule.stages[1].start_epoch, 0)
+    grid = schedule.grid_at(schedule.stages[1].start_epoch, 0)
     assert grid_of(batches[0]) == (grid.num_frames, grid.crop_size)
 
 

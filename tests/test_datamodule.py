@@ -14,11 +14,13 @@ import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from lightning_multigrid.data.datamodule import MultigridVideoDataModule, normalize_video
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.data.transfer import normalize_video
+from lightning_multigrid.grid import ClipSampling, FixedGrid
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 # Base shape B=1, T=8, S=32, tau=2; the 16-video synthetic set gives 1 to 7 batches an epoch.
@@ -62,15 +64,15 @@ def epoch_loader(datamodule: MultigridVideoDataModule, epoch: int) -> DataLoader
 
 
 def expected_shape(schedule: MultigridSchedule, epoch: int, iteration: int) -> tuple[int, ...]:
-    grid = schedule.short_cycle_at(epoch, iteration)
+    grid = schedule.grid_at(epoch, iteration)
     return (grid.batch_size, 3, grid.num_frames, grid.crop_size, grid.crop_size)
 
 
 def test_train_loader_follows_the_schedule_every_epoch(synthetic_dataset: SyntheticDataset) -> None:
     schedule = make_schedule()
     datamodule = make_datamodule(synthetic_dataset)
-    datamodule.attach_schedule(schedule)
-    assert datamodule.schedule is schedule
+    datamodule.serve(schedule)
+    assert datamodule.plan is schedule
     loaders = []
     for epoch in range(schedule.max_epochs):
         loader = epoch_loader(datamodule, epoch)
@@ -97,7 +99,7 @@ def test_cached_loader_reports_the_length_of_the_requested_epoch(synthetic_datas
     # Lightning calls len() after train_dataloader() and before set_epoch(): it must be right.
     schedule = make_schedule(max_epochs=6, milestones=(4,))  # epochs 7 and 8 share the base shape
     datamodule = make_datamodule(synthetic_dataset)
-    datamodule.attach_schedule(schedule)
+    datamodule.serve(schedule)
     for epoch in (6, 7, 8):
         datamodule.trainer.current_epoch = epoch
         loader = datamodule.train_dataloader()
@@ -131,8 +133,8 @@ def test_normalize_video_two_pathways_and_float_input() -> None:
 
 def test_baseline_without_a_schedule(synthetic_dataset: SyntheticDataset) -> None:
     datamodule = make_datamodule(synthetic_dataset, batch_size=3)
-    assert datamodule.schedule is None
-    assert datamodule.base_shape == GridShape(3, 8, 32) and datamodule.sampling_rate == 2
+    assert datamodule.plan == FixedGrid(GridShape(3, 8, 32), ClipSampling(sampling_rate=2))
+    assert datamodule.base_shape == GridShape(3, 8, 32) and datamodule.clip_sampling.sampling_rate == 2
     assert datamodule.train_dataset_size == 16
     for epoch in (0, 5):
         loader = epoch_loader(datamodule, epoch)
@@ -146,7 +148,7 @@ def test_two_ranks_same_length_same_shapes_disjoint_videos(synthetic_dataset: Sy
     schedule = make_schedule(devices=2)
     ranks = [make_datamodule(synthetic_dataset, rank=r, world_size=2) for r in range(2)]
     for datamodule in ranks:
-        datamodule.attach_schedule(schedule)
+        datamodule.serve(schedule)
     for epoch in (0, 3, 5):
         per_rank = [list(epoch_loader(dm, epoch)) for dm in ranks]
         assert len(per_rank[0]) == len(per_rank[1]) == schedule.iterations_in_epoch(epoch, 16)
@@ -213,7 +215,7 @@ def test_lightning_distributed_sampler_injection(synthetic_dataset: SyntheticDat
 
     schedule = make_schedule(devices=2)
     datamodule = make_datamodule(synthetic_dataset)
-    datamodule.attach_schedule(schedule)
+    datamodule.serve(schedule)
     datamodule.trainer.current_epoch = 3
     with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
         loader = datamodule.train_dataloader()
@@ -244,6 +246,10 @@ def test_synthetic_dir_generates_once(tmp_path: Path) -> None:
         (dict(batch_size=0), ValueError, "`batch_size`"),
         (dict(crop_size=-1), ValueError, "`crop_size`"),
         (dict(num_crops=2), ValueError, "`num_crops`"),
+        (dict(num_views=0), ValueError, "`num_views`"),
+        (dict(sampling_rate=2.5), ValueError, "`sampling_rate` must be a positive integer"),
+        (dict(num_workers=-1), ValueError, "`num_workers`"),
+        (dict(drop_last="yes"), ValueError, "`drop_last` must be True or False"),
         (dict(jitter_scales=(20, 40)), ValueError, "`jitter_scales`"),
         (dict(std=(0.2, 0.0, 0.2)), ValueError, "`std`"),
         (dict(slowfast_alpha=0), ValueError, "`slowfast_alpha`"),
@@ -264,16 +270,16 @@ def test_missing_manifests_raise_in_setup(tmp_path: Path) -> None:
         MultigridVideoDataModule(**BASE).setup("validate")
 
 
-def test_attach_schedule_checks_the_base_shape(synthetic_dataset: SyntheticDataset) -> None:
-    datamodule = make_datamodule(synthetic_dataset, batch_size=2)
-    with pytest.raises(ValueError, match="base shape"):
-        datamodule.attach_schedule(make_schedule())
-    with pytest.raises(ValueError, match="sampling_rate"):
-        make_datamodule(synthetic_dataset, sampling_rate=3).attach_schedule(make_schedule())
+def test_serve_none_goes_back_to_the_base_shape(synthetic_dataset: SyntheticDataset) -> None:
     datamodule = make_datamodule(synthetic_dataset)
-    datamodule.attach_schedule(make_schedule())
-    datamodule.attach_schedule(None)
-    assert datamodule.schedule is None
+    baseline = datamodule.plan
+    assert baseline == FixedGrid(datamodule.base_shape, datamodule.clip_sampling)
+    schedule = make_schedule()
+    datamodule.serve(schedule)
+    assert datamodule.plan is schedule
+    datamodule.serve(None)
+    assert datamodule.plan is baseline
+    assert [len(b["index"]) for b in epoch_loader(datamodule, 0)] == [1] * 16  # B=1 again, not the schedule's grids
 
 
 # ---------------------------------------------------------------- a real Trainer
@@ -331,7 +337,7 @@ def test_trainer_fit_with_a_schedule(synthetic_dataset: SyntheticDataset, num_wo
         flip=False,
         **BASE,
     )
-    datamodule.attach_schedule(schedule)
+    datamodule.serve(schedule)
     model, recorder = TinyVideoNet(), LoaderRecorder()
     trainer = pl.Trainer(
         max_epochs=2,
@@ -384,7 +390,7 @@ def test_device_decode_batches_match_worker_decode(synthetic_frames: tuple[Path,
         datamodule = frame_datamodule(synthetic_frames, frame_decode=mode, slowfast_alpha=4)
         datamodule.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)
         datamodule.setup("fit")
-        datamodule.attach_schedule(make_schedule())
+        datamodule.serve(make_schedule())
         batch = next(iter(datamodule.train_dataloader()))
         batches[mode] = datamodule.on_after_batch_transfer(batch, 0)
     workers, device = batches["workers"], batches["device"]
@@ -419,7 +425,7 @@ def test_trainer_fit_on_a_frame_dataset(
 ) -> None:
     schedule = make_schedule(max_epochs=3)
     datamodule = frame_datamodule(synthetic_frames, frame_decode=frame_decode, num_workers=num_workers, flip=False)
-    datamodule.attach_schedule(schedule)
+    datamodule.serve(schedule)
     model = TinyVideoNet()
     trainer = pl.Trainer(
         max_epochs=2, accelerator=accelerator, devices=1, limit_train_batches=3, limit_val_batches=1, num_sanity_val_steps=0,

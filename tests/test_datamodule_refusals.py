@@ -46,7 +46,7 @@ def test_drop_last_with_batches_larger_than_the_dataset_is_refused_before_the_fi
 
 def test_drop_last_that_leaves_batches_trains(synthetic_dataset: SyntheticDataset) -> None:
     datamodule = make_datamodule(synthetic_dataset, drop_last=True)
-    datamodule.attach_schedule(make_schedule())  # 16 clips fill at least one batch of every grid
+    datamodule.serve(make_schedule())  # 16 clips fill at least one batch of every grid
 
 
 def test_validation_label_outside_the_training_classes_is_refused_in_setup(

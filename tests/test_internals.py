@@ -3,13 +3,21 @@ each checked against the installed versions, so a rename upstream fails here."""
 
 from __future__ import annotations
 
+import pytest
 import pytorch_lightning as pl
 import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
 from torch.optim.lr_scheduler import LinearLR, MultiStepLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_multigrid._internals import drop_train_loader, layer_sync_of, sequential_lr_parts
+from lightning_multigrid._internals import (
+    drop_train_loader,
+    iterations_done_in_epoch,
+    layer_sync_of,
+    sequential_lr_parts,
+    setting_owner,
+)
 
 
 class _Linear(pl.LightningModule):
@@ -17,24 +25,31 @@ class _Linear(pl.LightningModule):
         super().__init__()
         self.layer = torch.nn.Linear(2, 1)
         self.loaders_built = 0
+        self.done_at_load: list[int] = []
 
     def training_step(self, batch, batch_idx):
         return self.layer(batch[0]).sum()
 
     def train_dataloader(self):
         self.loaders_built += 1
-        return DataLoader(TensorDataset(torch.zeros(4, 2)), batch_size=2)
+        self.done_at_load.append(iterations_done_in_epoch(self.trainer))
+        return DataLoader(TensorDataset(torch.zeros(8, 2)), batch_size=2)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def test_drop_train_loader_makes_the_fit_loop_build_it_again(tmp_path):
-    model = _Linear()
-    trainer = pl.Trainer(
+def _trainer(tmp_path, **kwargs) -> pl.Trainer:
+    args = dict(
         default_root_dir=tmp_path, max_epochs=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
     )
+    return pl.Trainer(**{**args, **kwargs})
+
+
+def test_drop_train_loader_makes_the_fit_loop_build_it_again(tmp_path):
+    model = _Linear()
+    trainer = _trainer(tmp_path)
     trainer.fit(model)
     assert model.loaders_built == 1
     trainer.fit_loop.setup_data()  # a built loader is kept...
@@ -58,3 +73,23 @@ def test_sequential_lr_parts():
     schedulers, milestones = sequential_lr_parts(SequentialLR(optimizer, [ramp, steps], milestones=[3]))
     assert schedulers == [ramp, steps]
     assert milestones == [3]
+
+
+@pytest.mark.filterwarnings("ignore:.*(callbacks used to create the checkpoint|dataloader is not resumable).*")
+def test_iterations_done_in_epoch_reads_a_mid_epoch_resume(tmp_path):
+    # 4 batches an epoch; a checkpoint after step 6 is 2 batches into epoch 1.
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1)
+    first = _Linear()
+    _trainer(tmp_path, max_epochs=2, enable_checkpointing=True, callbacks=[checkpoint]).fit(first)
+    assert first.done_at_load == [0]  # a fresh fit
+    resumed = _Linear()
+    _trainer(tmp_path, max_epochs=2).fit(resumed, ckpt_path=str(tmp_path / "epoch=1-step=6.ckpt"))
+    assert resumed.done_at_load == [2]
+    assert iterations_done_in_epoch(None) == 0  # no Trainer (a DataModule used on its own)
+
+
+def test_setting_owner_writes_what_the_trainer_reads(tmp_path):
+    trainer = _trainer(tmp_path, max_epochs=3, max_steps=50)
+    for name, value in (("max_epochs", 7), ("max_steps", -1), ("val_check_interval", 0.5)):
+        setattr(setting_owner(trainer, name), name, value)
+    assert (trainer.max_epochs, trainer.max_steps, trainer.val_check_interval) == (7, -1, 0.5)

@@ -2,8 +2,10 @@
 
 Each module's import-time dependencies are read from its source (module-level imports, with the
 package ``__init__`` files an import runs), followed through the package, and compared with its
-layer: the schedule imports no torch; below the Lightning layer nothing imports Lightning;
-nothing imports pytorchvideo until a backbone builder needs it.
+layer: the grid facts and the schedule import no torch; below the Lightning layer nothing imports
+Lightning; the data pipeline (batch sampler, DataModule) needs the grid facts, not the schedule;
+nothing imports pytorchvideo until a backbone builder needs it; no two modules import each other,
+directly or around a circle.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.trainer_cli",
 }
 # Pure Python: importable without torch.
-PURE = {PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.schedule", f"{PACKAGE}.preview"}
+PURE = {
+    PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
+    f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables",
+}
+# They read the plan through `grid.GridPlan`; the schedule is one implementation of it.
+WITHOUT_SCHEDULE = {f"{PACKAGE}.data.sampler", f"{PACKAGE}.data.datamodule"}
+
 
 
 def _module_name(path: Path) -> str:
@@ -127,5 +135,71 @@ def test_the_static_reading_agrees_with_a_real_import():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['torch']"
+    code = "import sys; import lightning_multigrid.data.sampler; print('lightning_multigrid.schedule' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
     assert "torch" in _external(f"{PACKAGE}.data.sampler")
     assert "pytorch_lightning" in _external(f"{PACKAGE}.callback")
+
+
+@pytest.mark.parametrize("module", sorted(WITHOUT_SCHEDULE))
+def test_the_data_pipeline_does_not_import_the_schedule(module):
+    assert f"{PACKAGE}.schedule" not in _imports(module), f"{module} imports the schedule; it needs grid.py only"
+
+
+@pytest.mark.parametrize("module", [f"{PACKAGE}.data.loaders", f"{PACKAGE}.data.transfer"])
+def test_loader_building_and_device_transforms_are_below_the_lightning_layer(module):
+    assert module not in LIGHTNING_LAYER
+    assert not _external(module) & {"pytorch_lightning", "lightning"}
+
+
+def _imported_anywhere(tree: ast.Module, module: str) -> set[str]:
+    """Modules ``module`` imports at import time or inside its functions (not under ``TYPE_CHECKING``)."""
+    typing_only = {
+        id(inner) for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body for inner in ast.walk(statement)
+    }
+    imports: list[ast.stmt] = [
+        node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only
+    ]
+    return _top_level_imports(ast.Module(body=imports, type_ignores=[]), module)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each package module -> the package modules it imports directly, at import time or deferred."""
+    known = set(MODULES)
+    graph = {}
+    for module in MODULES:
+        path = _path_of(module)
+        assert path is not None
+        graph[module] = {m for m in _imported_anywhere(ast.parse(path.read_text()), module) if m in known} - {module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The circles of ``graph``: each set of modules that reach one another through imports."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    return {frozenset({node} | {o for o in reach[node] if node in reach[o]}) for node in graph if node in reach[node]}
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for target in graph[stack.pop()] - seen:
+            seen.add(target)
+            stack.append(target)
+    return seen
+
+
+def test_no_import_cycles():
+    cycles = _cycles(_import_graph())
+    assert not cycles, f"import cycles: {[sorted(c) for c in cycles]}"
+
+
+def test_the_cycle_finder_finds_circles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"}, "f": set()}
+    assert _cycles(graph) == {frozenset({"a", "b", "c"}), frozenset({"d", "e"})}
+    tree = ast.parse("import os\nif TYPE_CHECKING:\n    import json\ndef f():\n    import csv\n")
+    assert _imported_anywhere(tree, f"{PACKAGE}.x") == {"os", "csv"}

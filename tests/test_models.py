@@ -6,6 +6,7 @@ import copy
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -198,7 +199,7 @@ def test_preflight_warns_about_fixed_head_pools_and_restores_modes() -> None:
     ("kwargs", "match"),
     [
         ({"grids": []}, "`grids` is empty"),
-        ({"grids": [GridShape(1, 0, 8)]}, "num_frames=0"),
+        ({"grids": [SimpleNamespace(num_frames=0, crop_size=8)]}, "num_frames=0"),  # GridShape refuses 0 itself
         ({"grids": [(4, 8)]}, "`grids` must hold objects"),
         ({"grids": [GridShape(1, 4, 8)], "slowfast_alpha": 0}, "`slowfast_alpha` must be"),
         ({"grids": [GridShape(1, 4, 8)], "batch_size": 0}, "`batch_size` must be"),

@@ -15,7 +15,6 @@ from lightning_multigrid.schedule import (
     MultigridConfig,
     ShortScheduleWarning,
     build_schedule,
-    count_batches,
     grid_counts,
     plan_batchnorm,
 )
@@ -63,11 +62,11 @@ def test_kinetics_shapes_lr_and_bn():
 def test_short_cycle_order_and_batches():
     schedule = build_schedule(MultigridConfig(**KINETICS))
     # At crop 158: 112 gets round((158/112)^2) = 2x the batch, 158 gets 1x.
-    assert [schedule.short_cycle_at(0, i) for i in range(4)] == [
+    assert [schedule.grid_at(0, i) for i in range(4)] == [
         GridShape(128, 8, 112), GridShape(64, 8, 158), GridShape(64, 8, 158), GridShape(128, 8, 112),
     ]
     # At crop 224: 4b at 112, 2b at 158, b at 224.
-    assert [schedule.short_cycle_at(150, i) for i in range(3)] == [
+    assert [schedule.grid_at(150, i) for i in range(3)] == [
         GridShape(32, 32, 112), GridShape(16, 32, 158), GridShape(8, 32, 224),
     ]
 
@@ -86,7 +85,7 @@ def test_long_cycle_only_runs_and_fine_tunes_on_base_shape():
     assert all(s.short_cycle == () for s in schedule.stages)
     assert schedule.stages[-1].shape == GridShape(8, 32, 224)
     assert schedule.stages[-1].fine_tuning
-    assert schedule.short_cycle_at(0, 0) == schedule.stage_at(0).shape
+    assert schedule.grid_at(0, 0) == schedule.stage_at(0).shape
     # Without the short cycle each shape's share is proportional to r: 8/15 of 94 epochs first.
     assert schedule.stages[0].shape == GridShape(64, 8, 158)
 
@@ -229,13 +228,12 @@ def test_distinct_grids():
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        ({"base": GridShape(0, 32, 224)}, "`batch_size` must be a positive integer, got 0"),
-        ({"base": GridShape(8, -1, 224)}, "`num_frames`"),
-        ({"base": GridShape(8, 32, 2.5)}, "`crop_size`"),  # type: ignore[arg-type]
+        ({"base": (8, 32, 224)}, "`base` must be a GridShape"),
         ({"max_epochs": 0}, "`max_epochs`"),
         ({"devices": 0}, "`devices`"),
         ({"bn_base_size": 0}, "`bn_base_size`"),
         ({"sampling_rate": 0}, "`sampling_rate`"),
+        ({"sampling_rate": 2.5}, "`sampling_rate` must be a positive integer"),
         ({"epoch_factor": 0}, "`epoch_factor` must be a positive number, got 0"),
         ({"epoch_factor": -1.5}, "`epoch_factor`"),
         ({"gamma": 0}, "`gamma`"),
@@ -257,7 +255,7 @@ def test_distinct_grids():
     ],
 )
 def test_bad_settings(overrides, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         MultigridConfig(**{**KINETICS, **overrides})
 
 
@@ -400,19 +398,6 @@ def test_scale_bn_base_size_syncs_across_ranks():
     assert scaled.stages[-1].bn == paper.stages[-1].bn == BNPlan("sync", group_size=4)
 
 
-def test_count_batches_literal():
-    # 10 clips, sizes (4, 2, 1): one full cycle (7 clips), then 3 clips in a partial batch of 4.
-    assert count_batches(10, (4, 2, 1)) == ((2, 7), (1, 2), (1, 1))
-    assert count_batches(10, (4, 2, 1), drop_last=True) == ((1, 4), (1, 2), (1, 1))
-    # 14 clips: exactly two cycles, nothing partial to drop.
-    assert count_batches(14, (4, 2, 1)) == count_batches(14, (4, 2, 1), drop_last=True) == ((2, 8), (2, 4), (2, 2))
-    assert count_batches(0, (4,)) == ((0, 0),)
-    with pytest.raises(ValueError, match="batch_sizes"):
-        count_batches(3, ())
-    with pytest.raises(ValueError, match="num_clips"):
-        count_batches(-1, (4,))
-
-
 @pytest.mark.parametrize("value", [-1, 2, "false", 1.0, None])
 @pytest.mark.parametrize("name", ["scale_bn_base_size", "long_cycle", "short_cycle"])
 def test_switches_accept_only_real_booleans(name, value):
@@ -503,3 +488,23 @@ def test_short_run_zero_share_is_the_baseline():
 def test_short_run_bad_settings(options, message):
     with pytest.raises(ValueError, match=message):
         MultigridConfig(**SMALL, **options)
+
+
+def test_config_to_dict_and_back():
+    config = MultigridConfig(**{**KINETICS, "jitter_scales": (256, 320), "short_cycle": False})
+    values = config.to_dict()
+    assert values["base"] == {"batch_size": 8, "num_frames": 32, "crop_size": 224}
+    assert "_clip_sampling" not in values
+    # As a checkpoint stores it: lists where the config holds tuples.
+    listed = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+    listed["long_cycle_factors"] = [list(f) for f in config.long_cycle_factors]
+    assert MultigridConfig.from_dict(listed) == config
+
+
+def test_config_from_an_old_checkpoint():
+    # Before the config held one GridShape and an int stride: flat sizes, a float sampling_rate.
+    values = MultigridConfig(**KINETICS).to_dict()
+    old = {**{k: v for k, v in values.items() if k != "base"}, **values["base"], "sampling_rate": 2.0}
+    restored = MultigridConfig.from_dict(old)
+    assert restored == MultigridConfig(**KINETICS)
+    assert restored.sampling_rate == 2 and isinstance(restored.sampling_rate, int)

@@ -54,8 +54,9 @@ class ClipRequest(NamedTuple):
 
     ``TrainVideoDataset(...)[request]`` returns the clip as uint8 ``(3, num_frames, crop_size,
     crop_size)``; the order of the draws is in this module's docstring. A ``sampling_rate_range``
-    is the frame stride in source frames at the video's own frame rate (``Stage.sampling_rate``);
-    a ``scale_range`` is usually ``MultigridSchedule.jitter_scales_for(crop_size)``.
+    is the frame stride in source frames at the video's own frame rate (the plan's
+    ``sampling_rate_range_at(epoch)``); a ``scale_range`` is usually its ``jitter_scales_for(crop_size)``
+    (:class:`~lightning_multigrid.grid.GridPlan`).
     """
 
     index: int  # type: ignore[assignment]  # video index in the dataset (shadows tuple.index)

@@ -1,141 +1,57 @@
 """``MultigridVideoDataModule``: video clips at the grid of every iteration, or at a fixed shape.
 
-Without a schedule it is a plain video DataModule at the base shape (the baseline run). With one
-attached (``MultigridCallback`` does it in ``on_fit_start``) the train loader serves, for the
-current epoch, the schedule's long-cycle grid with the short cycle inside the epoch. On one
-process one loader serves every shape, so its persistent workers live through the whole fit;
-under DDP a loader lasts one long-cycle shape.
-
+A Lightning shell, hooks plus state. It owns the base grid (:attr:`base_shape`, :attr:`clip_sampling`)
+and always serves a plan (:class:`~lightning_multigrid.grid.GridPlan`): the baseline's
+:class:`~lightning_multigrid.grid.FixedGrid`, or the multigrid schedule that ``MultigridCallback``
+builds from that base grid and hands over with :meth:`serve`. Loaders are built by
+:mod:`~lightning_multigrid.data.loaders`: on one process one train loader serves every grid, so its
+persistent workers live through the whole fit; under DDP a loader lasts one cycle of grids.
 Clips leave the workers as uint8 ``(N, C, T, H, W)``; :meth:`on_after_batch_transfer` turns them
-into normalised float on the device, so 8x larger coarse-grid batches do not cost 4x more bytes
-through worker queues and the host-to-device copy.
-
-Example::
-
-    datamodule = MultigridVideoDataModule(
-        train_manifest="kinetics/train.csv", val_manifest="kinetics/val.csv",
-        batch_size=8, num_frames=16, crop_size=112, sampling_rate=4, num_workers=8)
-    trainer = pl.Trainer(max_epochs=100, callbacks=[MultigridCallback()])
-    trainer.fit(model, datamodule=datamodule)
+into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import pytorch_lightning as pl
-import torch
-from torch.utils.data import DataLoader, DistributedSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid.data.checks import check_drop_last, check_eval_labels
-from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decoding.device import EncodedBatch, decode_batch
+from lightning_multigrid._checks import check_bool
+from lightning_multigrid._internals import iterations_done_in_epoch
+from lightning_multigrid.data.checks import (
+    check_drop_last,
+    check_eval_labels,
+    check_synthetic_arguments,
+    existing_manifest,
+)
+from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
-from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.decoding.readers import check_frame_decode
+from lightning_multigrid.data.loaders import (
+    CachedLoader,
+    LoaderKey,
+    LoaderSettings,
+    build_eval_loader,
+    build_train_loader,
+)
 from lightning_multigrid.data.manifests.entries import ManifestKind, check_manifest_kind
 from lightning_multigrid.data.manifests.load import load_manifest
-from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
-from lightning_multigrid.data.synthetic import check_texture_cell, ensure_synthetic_dataset, synthetic_files
-from lightning_multigrid.schedule import (
-    GridShape,
-    MultigridConfig,
-    MultigridSchedule,
-    build_schedule,
-    check_jitter_scales,
-)
+from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
+from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
+from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
-__all__ = ["MultigridVideoDataModule", "normalize_video"]
-
-# Kinetics statistics as used by PySlowFast and pytorchvideo, on [0, 1] RGB.
-DEFAULT_MEAN: tuple[float, float, float] = (0.45, 0.45, 0.45)
-DEFAULT_STD: tuple[float, float, float] = (0.225, 0.225, 0.225)
-
-
-class _LoaderKey(NamedTuple):
-    """What a cached loader was built for; a different key means a new loader."""
-
-    shape: GridShape | None  # None: serves every shape
-    rank: int
-    world_size: int
-    resume: tuple[int, int] | None = None  # (epoch, iteration) a mid-epoch resume starts at
-
-
-def _check_sizes(
-    *,
-    frame_decode: str,
-    batch_size: int,
-    num_frames: int,
-    crop_size: int,
-    sampling_rate: int,
-    num_views: int,
-    num_workers: int,
-    num_crops: int,
-    slowfast_alpha: int | None,
-) -> None:
-    """Raise ``ValueError`` on a decode mode, size or count out of range, naming the argument."""
-    if frame_decode not in ("workers", "device"):
-        raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
-    for name, value, low in (
-        ("batch_size", batch_size, 1),
-        ("num_frames", num_frames, 1),
-        ("crop_size", crop_size, 1),
-        ("sampling_rate", sampling_rate, 1),
-        ("num_views", num_views, 1),
-        ("num_workers", num_workers, 0),
-    ):
-        check_int(name, value, low)
-    if num_crops not in (1, 3):
-        raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
-    if slowfast_alpha is not None and (
-        isinstance(slowfast_alpha, bool) or not isinstance(slowfast_alpha, int) or slowfast_alpha < 1
-    ):
-        raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
-
-
-def _check_jitter_scales(jitter_scales: tuple[int, int] | None, crop_size: int) -> tuple[int, int] | None:
-    """``jitter_scales`` as ints, or ``None``; raises ``ValueError`` when the crop would not fit."""
-    if jitter_scales is None:
-        return None
-    jitter_scales = (int(jitter_scales[0]), int(jitter_scales[1]))
-    check_jitter_scales(jitter_scales, crop_size)
-    return jitter_scales
-
-
-def _check_normalization(mean: tuple[float, float, float], std: tuple[float, float, float]) -> None:
-    for name, stats in (("mean", mean), ("std", std)):
-        if len(stats) != 3:
-            raise ValueError(f"`{name}` must have 3 values (R, G, B), got {stats!r}.")
-    if not all(s > 0 for s in std):
-        raise ValueError(f"`std` must be > 0, got {std!r}.")
-
-
-def _check_synthetic(
-    synthetic_size: tuple[int, int], synthetic_texture_cell: int | None, **manifest_args: str | None
-) -> None:
-    """With ``synthetic_dir``: no manifest arguments, ``(train, val)`` counts >= 1, a texture cell in range."""
-    given = [name for name, value in manifest_args.items() if value is not None]
-    if given:
-        raise ValueError(
-            f"`synthetic_dir` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
-            "also given: pass either `synthetic_dir` or your manifests."
-        )
-    if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
-        raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
-    check_texture_cell("synthetic_texture_cell", synthetic_texture_cell)
+__all__ = ["MultigridVideoDataModule"]
 
 
 class MultigridVideoDataModule(pl.LightningDataModule):
     """Video classification data for multigrid (or baseline) training.
 
-    Data comes from ``path label`` manifests (Kinetics / PySlowFast format; see
-    :mod:`lightning_multigrid.data.manifests.videos`), from frame datasets (a folder of JPEG frames per
-    video: ``folder label [num_frames]`` lines or PySlowFast's frame-list CSV, see
-    :mod:`lightning_multigrid.data.manifests.frames`; recognised by their content), or from the
-    built-in synthetic dataset generated into ``synthetic_dir``. Batches are dicts::
+    Data comes from ``path label`` manifests (Kinetics / PySlowFast format), from frame datasets
+    (a folder of JPEG frames per video, ``folder label [num_frames]`` lines or PySlowFast's
+    frame-list CSV, recognised by their content), or from the built-in synthetic dataset
+    generated into ``synthetic_dir``. Batches are dicts::
 
         {"video": uint8 (N, 3, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
          "index": int64 (N,), "skipped": list of paths}        # + "view": int64 (N,) in val/test
@@ -182,10 +98,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             and decodes, resizes, crops and flips each batch on the training device after the
             transfer (nvjpeg on a GPU), with the same clip parameters.
         chunk_batches: with several workers, cut each training batch into chunks of at least
-            ``batch_size`` clips, at most one per worker, decoded in parallel and joined in the
-            main process (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`): a coarse
-            grid's 8-16x larger batch no longer waits on one worker. Lightning still sees whole
-            batches.
+            ``batch_size`` clips, decoded in parallel and joined in the main process
+            (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`), so a coarse grid's 8-16x
+            larger batch does not wait on one worker. Lightning still sees whole batches.
         filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"``
             (mmaction2), ``"{video}_{:06d}.jpg"`` (PySlowFast), ``"{video}-{:06d}.jpg"`` (Charades);
             ``None`` detects each folder's. Other files (optical flow, thumbnails) are never read
@@ -198,6 +113,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     Raises:
         ValueError: on out-of-range sizes or conflicting data arguments (naming them).
     """
+
 
     def __init__(
         self,
@@ -234,73 +150,39 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
+        # Each value checks its own arguments, naming them.
+        self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
+        self.eval_views = EvalViews(num_views, num_crops)
+        self._transfer = BatchTransfer(mean, std, slowfast_alpha, strict)
+        self._loader_settings = LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
         FrameLayout(filename_tmpl, allow_frame_gaps)  # validates both before any file is read
         check_bool("flip", flip, allow_none=True)
-        for name, value in (
-            ("strict", strict), ("pin_memory", pin_memory), ("persistent_workers", persistent_workers),
-            ("drop_last", drop_last), ("chunk_batches", chunk_batches),
-        ):
-            check_bool(name, value)
         check_manifest_kind(manifest_kind)
-        _check_sizes(
-            frame_decode=frame_decode, batch_size=batch_size, num_frames=num_frames, crop_size=crop_size,
-            sampling_rate=sampling_rate, num_views=num_views, num_workers=num_workers, num_crops=num_crops,
-            slowfast_alpha=slowfast_alpha,
-        )
-        # Rebinds the local too: save_hyperparameters() below records the int pair.
-        jitter_scales = _check_jitter_scales(jitter_scales, crop_size)
-        _check_normalization(mean, std)
+        check_frame_decode(frame_decode)
         if synthetic_dir is not None:
-            _check_synthetic(
+            check_synthetic_arguments(
                 synthetic_size, synthetic_texture_cell, train_manifest=train_manifest, val_manifest=val_manifest,
-                test_manifest=test_manifest,
-                root_dir=root_dir, class_names=class_names,
+                test_manifest=test_manifest, root_dir=root_dir, class_names=class_names,
             )
+        jitter_scales = self.clip_sampling.jitter_scales  # save_hyperparameters() records the int pair
 
-        self.train_manifest = train_manifest
-        self.val_manifest = val_manifest
-        self.test_manifest = test_manifest
-        self.root_dir = root_dir
-        self.class_names = class_names
-        self.synthetic_dir = synthetic_dir
+        self.train_manifest, self.val_manifest, self.test_manifest = train_manifest, val_manifest, test_manifest
+        self.root_dir, self.class_names = root_dir, class_names
+        self.synthetic_dir, self.synthetic_texture_cell = synthetic_dir, synthetic_texture_cell
         self.synthetic_size = (int(synthetic_size[0]), int(synthetic_size[1]))
-        self.synthetic_texture_cell = synthetic_texture_cell
-        self.batch_size = batch_size
-        self.num_frames = num_frames
-        self.crop_size = crop_size
-        self._sampling_rate = sampling_rate
-        self.jitter_scales = jitter_scales
-        self.num_views = num_views
-        self.num_crops = num_crops
-        self.slowfast_alpha = slowfast_alpha
-        self.flip = flip
-        self.strict = strict
-        self.metadata_file = metadata_file
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
-        self.persistent_workers = persistent_workers
-        self.drop_last = drop_last
-        self.seed = seed
-        self.mean = tuple(float(m) for m in mean)
-        self.std = tuple(float(s) for s in std)
-        self.frame_decode = frame_decode
-        self.chunk_batches = chunk_batches
-        self.filename_tmpl = filename_tmpl
-        self.allow_frame_gaps = allow_frame_gaps
-        self.manifest_kind = manifest_kind
+        self.flip, self.seed, self.metadata_file, self.frame_decode = flip, seed, metadata_file, frame_decode
+        self.filename_tmpl, self.allow_frame_gaps, self.manifest_kind = filename_tmpl, allow_frame_gaps, manifest_kind
         self.save_hyperparameters()
         if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
             self.train_manifest, self.val_manifest, self.class_names = synthetic_files(synthetic_dir)
 
-        self._schedule: MultigridSchedule | None = None
-        self._baseline: MultigridSchedule | None = None
+        self._plan: GridPlan = self._baseline
         self._train_dataset: TrainVideoDataset | None = None
         self._val_dataset: EvalVideoDataset | None = None
         self._test_dataset: EvalVideoDataset | None = None
-        self._train_loader: DataLoader[Any] | None = None
-        self._train_loader_key: _LoaderKey | None = None
+        self._train_loader = CachedLoader()
+        self._precise_bn_loader = CachedLoader()
         self._eval_loaders: dict[tuple[str, int, int], DataLoader[Any]] = {}
-        self._precise_bn_loader: tuple[_LoaderKey, DataLoader[Any]] | None = None
         self._skipped: dict[str, None] = {}  # insertion-ordered set of paths
 
     # ------------------------------------------------------------------ what the callback reads
@@ -308,42 +190,33 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     @property
     def base_shape(self) -> GridShape:
         """The baseline grid: ``(batch_size, num_frames, crop_size)`` per device."""
-        return GridShape(self.batch_size, self.num_frames, self.crop_size)
+        return self._baseline.base_shape
 
     @property
-    def sampling_rate(self) -> int:
-        """Baseline frame stride ``tau`` in source frames."""
-        return self._sampling_rate
+    def clip_sampling(self) -> ClipSampling:
+        """The baseline frame stride ``sampling_rate`` and the ``jitter_scales``."""
+        return self._baseline.clip_sampling
 
     @property
-    def schedule(self) -> MultigridSchedule | None:
-        """The attached multigrid schedule, or ``None`` (baseline: fixed base shape)."""
-        return self._schedule
+    def slowfast_alpha(self) -> int | None:
+        """The ``[slow, fast]`` split of the clips served (``None``: one pathway)."""
+        return self._transfer.slowfast_alpha
 
-    def attach_schedule(self, schedule: MultigridSchedule | None) -> None:
-        """Serve ``schedule``'s grids from the next ``train_dataloader()`` on (``None``: the base shape).
+    @property
+    def plan(self) -> GridPlan:
+        """The plan served: the multigrid schedule during a multigrid fit, else the base shape's ``FixedGrid``."""
+        return self._plan
+
+    def serve(self, plan: GridPlan | None) -> None:
+        """Serve ``plan``'s grids from the next ``train_dataloader()`` on (``None``: the base shape again).
 
         Raises:
-            ValueError: when the schedule was built for another base shape, frame stride or
-                jitter range than this DataModule's, or when ``drop_last`` would leave one of its
-                epochs without a batch.
+            ValueError: when ``drop_last`` would leave one of the plan's epochs without a batch.
         """
-        if schedule is not None:
-            # The callback builds the schedule from these values; this guards hand-built ones.
-            config = schedule.config
-            ours = (self.base_shape, self.sampling_rate, self.jitter_scales)
-            theirs = (config.base, config.sampling_rate, config.jitter_scales)
-            if theirs != ours:
-                raise ValueError(
-                    f"The schedule was built for another base shape, frame stride or jitter range: "
-                    f"(base, sampling_rate, jitter_scales) = {theirs}, the DataModule serves {ours}: "
-                    "build it with `MultigridConfig(base=datamodule.base_shape, "
-                    "sampling_rate=datamodule.sampling_rate, jitter_scales=datamodule.jitter_scales, ...)`."
-                )
-            self._check_batches_left(schedule)
-        self._schedule = schedule
-        self._train_loader = None
-        self._train_loader_key = None
+        plan = self._baseline if plan is None else plan
+        self._check_batches_left(plan)
+        self._plan = plan
+        self._train_loader.clear()
 
     @property
     def skipped_videos(self) -> int:
@@ -382,8 +255,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         val: EvalVideoDataset | None = None,
         test: EvalVideoDataset | None = None,
     ) -> None:
-        """Serve these datasets instead of reading the manifests (e.g. clips cut from frames held in
-        memory); ``setup`` keeps a dataset it already has. ``None`` leaves that split as it is."""
+        """Serve these datasets instead of reading the manifests (``None``: that split as it is); ``setup`` keeps them."""
         if train is not None:
             self._train_dataset = train
         if val is not None:
@@ -411,13 +283,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._prepare_synthetic()
         if stage == "fit":
             if self._train_dataset is None:
-                path = self._existing("train_manifest", self.train_manifest)
+                path = existing_manifest("train_manifest", self.train_manifest)
                 self._train_dataset = TrainVideoDataset(
                     path,
                     root=self.root_dir,
                     class_names=self.class_names,
-                    flip=self._flip(),
-                    strict=self.strict,
+                    flip=self.synthetic_dir is None if self.flip is None else self.flip,
+                    strict=self._transfer.strict,
                     slowfast_alpha=self.slowfast_alpha,
                     metadata_file=self.metadata_file,
                     frame_decode=self.frame_decode,
@@ -428,14 +300,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             if self.val_manifest is not None and self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
             check_eval_labels(self._train_dataset, self._val_dataset, "val_manifest")
-            self._check_batches_left(self._schedule or self._baseline_schedule())
+            self._check_batches_left(self._plan)
         elif stage == "validate":
             if self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
         elif stage == "test":
             if self._test_dataset is None:
                 argument = "test_manifest" if self.test_manifest is not None else "val_manifest"
-                self._test_dataset = self._eval_dataset(argument, self._test_path())
+                self._test_dataset = self._eval_dataset(argument, self.test_manifest or self.val_manifest)
             if self._train_dataset is not None:
                 check_eval_labels(self._train_dataset, self._test_dataset, argument)
         else:
@@ -443,32 +315,21 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader[Any]:
-        """The training loader, sized for the current epoch's long-cycle shape.
+        """The training loader: epoch ``e`` iteration ``i`` yields ``plan.grid_at(e, i)``-shaped batches.
 
-        Epoch ``e`` iteration ``i`` yields ``schedule.short_cycle_at(e, i)``-shaped batches. The
-        grid travels in each ``ClipRequest``, so workers serve any shape: on one process, one
-        loader object (and its persistent workers) lasts the whole fit, and Lightning reloads it at
-        long-cycle shape changes only to read the new epoch length. Under DDP each long-cycle
-        shape gets a new loader.
+        The grid travels in each ``ClipRequest``, so on one process one loader (and its persistent
+        workers) lasts the whole fit; Lightning reloads it where the grids change only to read the
+        new epoch length. Under DDP each cycle of grids gets a new loader.
         """
-        dataset = self._require_train()
         epoch = self._current_epoch()
         rank, world_size = self._rank_and_world_size()
-        schedule = self._schedule or self._baseline_schedule()
         # Under DDP with `use_distributed_sampler` (Lightning's default), Lightning re-creates the
         # loader at every reload from the arguments it was first built with, to insert its
-        # DistributedSampler: there each shape gets a loader built at its own epoch.
-        shape = schedule.stage_at(epoch).shape if world_size > 1 else None
-        start_iteration = self._iterations_done_in_epoch()
-        key = _LoaderKey(shape, rank, world_size, (epoch, start_iteration) if start_iteration else None)
-        if self._train_loader is not None and self._train_loader_key == key:
-            # Lightning sizes the epoch (len) before it calls set_epoch: set it now.
-            self._batch_sampler_of(self._train_loader).set_epoch(epoch)
-            return self._train_loader
-        self._train_loader = None  # let the old loader's workers go before new ones start
-        self._train_loader = self._clip_loader(dataset, schedule, epoch, rank, world_size, self.seed, start_iteration)
-        self._train_loader_key = key
-        return self._train_loader
+        # DistributedSampler: there each cycle gets a loader built at its own epoch.
+        cycle = self._plan.cycle_at(epoch) if world_size > 1 else None
+        start = iterations_done_in_epoch(self.trainer)
+        key = LoaderKey(cycle, rank, world_size, (epoch, start) if start else None)
+        return self._clip_loader(self._train_loader, key, self._plan, self.seed, start)
 
     @override
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
@@ -487,68 +348,23 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         return self._eval_loader("test", self._test_dataset)
 
     def precise_bn_dataloader(self) -> DataLoader[Any]:
-        """Augmented training clips at the base shape, for recomputing BatchNorm statistics.
-
-        Reused between calls (persistent workers survive); each call serves the current epoch.
-        """
-        dataset = self._require_train()
-        epoch = self._current_epoch()
+        """Augmented training clips at the base shape for precise BatchNorm; one loader, set to the current epoch."""
         rank, world_size = self._rank_and_world_size()
-        key = _LoaderKey(self.base_shape, rank, world_size)
-        if self._precise_bn_loader is not None and self._precise_bn_loader[0] == key:
-            loader = self._precise_bn_loader[1]
-            self._batch_sampler_of(loader).set_epoch(epoch)
-            return loader
         # Another seed, so these clips are not the ones training draws in the same epoch.
-        loader = self._clip_loader(dataset, self._baseline_schedule(), epoch, rank, world_size, self.seed + 1)
-        self._precise_bn_loader = (key, loader)
-        return loader
+        return self._clip_loader(self._precise_bn_loader, LoaderKey(None, rank, world_size), self._baseline, self.seed + 1)
 
     @override
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Count skipped videos and turn ``batch["video"]`` into normalised float on the device.
-
-        JPEG clips (``frame_decode="device"``) are first decoded on the device
-        (:meth:`decode_on_device`, which replaces and reports clips that fail to decode). uint8
-        video becomes ``(video / 255 - mean) / std`` in float32, for a tensor ``(N, 3, T, H, W)``
-        or a ``[slow, fast]`` list, then the Trainer's input dtype (``precision="bf16-true"``:
-        bfloat16, ``"16-true"``: float16, ``"64-true"``: float64; mixed precision keeps float32
-        for autocast); the ``"skipped"`` paths are added to :attr:`skipped_video_paths` and left
-        in the batch.
-        """
+        """Decode (``frame_decode="device"``), normalise and cast ``batch["video"]`` on the device
+        (:class:`~lightning_multigrid.data.transfer.BatchTransfer`, with the Trainer's input dtype),
+        and add the ``"skipped"`` paths to :attr:`skipped_video_paths` (they stay in the batch)."""
         if isinstance(batch, dict):
-            if isinstance(batch.get("video"), EncodedBatch):
-                self.decode_on_device(batch, batch["label"].device)
+            # Lightning converts the batch to the precision's dtype before the transfer hooks,
+            # when the video is still uint8 (left alone): the float video is converted here.
+            precision = getattr(self.trainer, "precision_plugin", None)
+            self._transfer(batch, precision.convert_input if precision is not None else None)
             self._collect_skipped(batch.get("skipped"))
-            if "video" in batch:
-                video = normalize_video(batch["video"], self.mean, self.std)
-                precision = getattr(self.trainer, "precision_plugin", None)
-                if precision is not None:
-                    # Lightning converts the batch to the precision's dtype before the transfer
-                    # hooks, when the video is still uint8 (left alone): convert the float here.
-                    video = precision.convert_input(video)
-                batch["video"] = video
         return batch
-
-    def decode_on_device(self, batch: dict[str, Any], device: torch.device) -> None:
-        """Decode ``batch["video"]`` (JPEG clips) on ``device`` in place: uint8 ``(N, 3, T, S, S)`` or ``[slow, fast]``.
-
-        A clip that fails to decode is a skip, as in the workers: it is replaced by a good clip of
-        the batch, whose label, index (and view) replace its own, and its video is added to
-        ``batch["skipped"]`` (with ``strict``, :class:`~lightning_multigrid.data.decoding.errors.VideoDecodeError`).
-        """
-        decoded = decode_batch(batch["video"], device, strict=self.strict)
-        video = decoded.video
-        if decoded.skipped:
-            sources = torch.tensor(decoded.sources)
-            for key in ("label", "index", "view"):
-                if isinstance(batch.get(key), torch.Tensor):
-                    batch[key] = batch[key][sources.to(batch[key].device)]
-            batch["skipped"] = [*batch.get("skipped", ()), *decoded.skipped]
-        if self.slowfast_alpha is not None:
-            batch["video"] = [video[:, :, :: self.slowfast_alpha], video]  # as slowfast_pathways, batched
-        else:
-            batch["video"] = video
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -562,74 +378,33 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ helpers
 
-    def _clip_loader(
-        self,
-        dataset: TrainVideoDataset,
-        schedule: MultigridSchedule,
-        epoch: int,
-        rank: int,
-        world_size: int,
-        seed: int,
-        start_iteration: int = 0,
-    ) -> DataLoader[Any]:
-        # Built inside the *_dataloader hook, so Lightning can swap the inner sampler for its
-        # DistributedSampler (use_distributed_sampler=True) and keep the batch sampler's settings.
-        sampler = EpochShardSampler(len(dataset), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-        batch_sampler = ShortCycleBatchSampler(
-            sampler, schedule, drop_last=self.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
-        )
-        if self.chunk_batches and self.num_workers > 1:
-            return ChunkedDataLoader(
-                dataset,
-                batch_sampler=batch_sampler,
-                min_chunk_size=self.batch_size,
-                num_workers=self.num_workers,
-                collate_fn=collate_clips,
-                pin_memory=self.pin_memory,
-                persistent_workers=self.persistent_workers,
-            )
-        return DataLoader(
-            dataset,
-            batch_sampler=batch_sampler,
-            num_workers=self.num_workers,
-            collate_fn=collate_clips,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and self.num_workers > 0,
-        )
+    def _clip_loader(self, cache: CachedLoader, key: LoaderKey, plan: GridPlan, seed: int, start: int = 0) -> DataLoader[Any]:
+        dataset, epoch = self._require_train(), self._current_epoch()
+        return cache.get(key, epoch, lambda: build_train_loader(
+            dataset, plan, self._loader_settings, epoch=epoch, rank=key.rank, world_size=key.world_size, seed=seed,
+            start_iteration=start,
+        ))
 
     def _eval_loader(self, split: str, dataset: EvalVideoDataset) -> DataLoader[Any]:
         rank, world_size = self._rank_and_world_size()
         key = (split, rank, world_size)
         if key not in self._eval_loaders:
-            sampler: Sampler[int]
-            if world_size > 1:
-                # Pads by repeating a few views so every rank runs the same number of steps.
-                sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
-            else:
-                sampler = SequentialSampler(dataset)
-            self._eval_loaders[key] = DataLoader(
-                dataset,
-                batch_size=self.batch_size,
-                sampler=sampler,
-                num_workers=self.num_workers,
-                collate_fn=collate_clips,
-                pin_memory=self.pin_memory,
-                persistent_workers=self.persistent_workers and self.num_workers > 0,
-            )
+            self._eval_loaders[key] = build_eval_loader(dataset, self._loader_settings, rank=rank, world_size=world_size)
         return self._eval_loaders[key]
 
     def _eval_dataset(self, argument: str, path: str | None) -> EvalVideoDataset:
+        base, sampling = self.base_shape, self.clip_sampling
         return EvalVideoDataset(
-            self._existing(argument, path),
-            num_frames=self.num_frames,
-            crop_size=self.crop_size,
-            sampling_rate=self.sampling_rate,
-            short_side=self.jitter_scales[0] if self.jitter_scales is not None else None,
-            num_views=self.num_views,
-            num_crops=self.num_crops,
+            existing_manifest(argument, path),
+            num_frames=base.num_frames,
+            crop_size=base.crop_size,
+            sampling_rate=sampling.sampling_rate,
+            short_side=sampling.jitter_scales[0] if sampling.jitter_scales is not None else None,
+            num_views=self.eval_views.num_views,
+            num_crops=self.eval_views.num_crops,
             root=self.root_dir,
             class_names=self.class_names,
-            strict=self.strict,
+            strict=self._transfer.strict,
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
             frame_decode=self.frame_decode,
@@ -638,27 +413,12 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             manifest_kind=self.manifest_kind,
         )
 
-    def _check_batches_left(self, schedule: MultigridSchedule) -> None:
-        """With ``drop_last``, refuse a schedule with an epoch of 0 batches (it would end the run there)."""
-        if not self.drop_last or self._train_dataset is None:
+    def _check_batches_left(self, plan: GridPlan) -> None:
+        """With ``drop_last``, refuse a plan with an epoch of 0 batches (it would end the run there)."""
+        if not self._loader_settings.drop_last or self._train_dataset is None:
             return
         _, world_size = self._rank_and_world_size()
-        check_drop_last(schedule, len(self._train_dataset), world_size)
-
-    def _baseline_schedule(self) -> MultigridSchedule:
-        # A one-stage schedule at the base shape; stage_at() clamps later epochs to it.
-        if self._baseline is None:
-            self._baseline = build_schedule(
-                MultigridConfig(
-                    base=self.base_shape,
-                    max_epochs=1,
-                    sampling_rate=self.sampling_rate,
-                    long_cycle=False,
-                    short_cycle=False,
-                    jitter_scales=self.jitter_scales,
-                )
-            )
-        return self._baseline
+        check_drop_last(plan, len(self._train_dataset), world_size)
 
     def _collect_skipped(self, paths: Any) -> None:
         if isinstance(paths, (list, tuple)):
@@ -667,23 +427,6 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     def _current_epoch(self) -> int:
         return int(self.trainer.current_epoch) if self.trainer is not None else 0
-
-    def _iterations_done_in_epoch(self) -> int:
-        """Batches of the current epoch already trained when ``fit`` resumes mid-epoch; else 0.
-
-        Lightning restores the fit loop's progress from the checkpoint and goes on at the next
-        batch index, but restarts the loader; the batch sampler skips these batches instead, so
-        the data order and the short-cycle phase continue where they stopped.
-        """
-        fit_loop = getattr(self.trainer, "fit_loop", None)  # None: no Trainer (or a stand-in)
-        if fit_loop is None:
-            return 0
-        epoch = fit_loop.epoch_progress.current
-        # `restarting` is set by a checkpoint load and cleared after the first epoch it runs;
-        # an epoch started but not processed is the mid-epoch case.
-        if not fit_loop.restarting or epoch.started == epoch.processed:
-            return 0
-        return int(fit_loop.epoch_loop.batch_progress.current.processed)
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         if self.trainer is None:
@@ -695,18 +438,6 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             raise RuntimeError("The training set is read in `setup('fit')`: call it first.")
         return self._train_dataset
 
-    @staticmethod
-    def _batch_sampler_of(loader: DataLoader[Any]) -> ShortCycleBatchSampler:
-        batch_sampler = loader.batch_sampler
-        assert isinstance(batch_sampler, ShortCycleBatchSampler)
-        return batch_sampler
-
-    def _flip(self) -> bool:
-        return self.synthetic_dir is None if self.flip is None else self.flip
-
-    def _test_path(self) -> str | None:
-        return self.test_manifest if self.test_manifest is not None else self.val_manifest
-
     def _prepare_synthetic(self) -> None:
         if self.synthetic_dir is not None:
             num_train, num_val = self.synthetic_size
@@ -714,31 +445,3 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed,
                 texture_cell=self.synthetic_texture_cell,
             )
-
-    @staticmethod
-    def _existing(argument: str, path: str | None) -> str:
-        if path is None:
-            raise ValueError(f"`{argument}` is required for this stage: pass the manifest file.")
-        if not Path(path).exists():
-            raise FileNotFoundError(f"`{argument}` {path} does not exist: check the path.")
-        return path
-
-
-def normalize_video(
-    video: torch.Tensor | Sequence[torch.Tensor], mean: Sequence[float], std: Sequence[float]
-) -> torch.Tensor | list[torch.Tensor]:
-    """``(video / 255 - mean) / std`` as float32 for uint8 video ``(..., C, T, H, W)`` or a pathway list.
-
-    Floating-point video is taken to be in ``[0, 1]`` already and only normalised. Runs on the
-    video's device.
-    """
-    if not isinstance(video, torch.Tensor):
-        return [normalize_video(pathway, mean, std) for pathway in video]  # type: ignore[misc]
-    if video.is_floating_point():
-        out = video.clone()
-    else:
-        out = video.to(torch.float32).div_(255.0)
-    shape = (len(mean),) + (1,) * 3  # (C, 1, 1, 1): broadcasts over (N, C, T, H, W)
-    mean_t = torch.as_tensor(mean, dtype=out.dtype, device=out.device).view(shape)
-    std_t = torch.as_tensor(std, dtype=out.dtype, device=out.device).view(shape)
-    return out.sub_(mean_t).div_(std_t)

@@ -1,10 +1,10 @@
 """Batch sampling for multigrid training: one grid per iteration, equal length on every rank.
 
 :class:`ShortCycleBatchSampler` turns a stream of video indices into mini-batches of
-:class:`~lightning_multigrid.data.clip_params.ClipRequest`, each batch at the grid the schedule gives
-for its iteration (the long-cycle grid of the epoch, the short-cycle position from the
-iteration). Workers decode straight to that grid; nothing downstream has to know about the
-schedule.
+:class:`~lightning_multigrid.data.clip_params.ClipRequest`, each batch at the grid the plan (a
+:class:`~lightning_multigrid.grid.GridPlan`: the multigrid schedule, or the baseline's
+:class:`~lightning_multigrid.grid.FixedGrid`) gives for its iteration. Workers decode straight to
+that grid; nothing downstream has to know about the plan.
 
 It works in a plain PyTorch loop and under Lightning: it subclasses ``BatchSampler``, takes the
 index sampler as its first argument ``sampler`` and keeps every ``__init__`` argument as an
@@ -15,7 +15,7 @@ Example::
 
     schedule = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=30, milestones=(20,)))
     sampler = EpochShardSampler(len(dataset), num_replicas=world_size, rank=rank, seed=0)
-    batch_sampler = ShortCycleBatchSampler(sampler, schedule, seed=0)
+    batch_sampler = ShortCycleBatchSampler(sampler, schedule, seed=0)  # or FixedGrid(GridShape(8, 16, 112))
     loader = DataLoader(dataset, batch_sampler=batch_sampler, num_workers=8)
     for epoch in range(schedule.max_epochs):
         batch_sampler.set_epoch(epoch)
@@ -31,7 +31,7 @@ from torch.utils.data import BatchSampler, DistributedSampler, Sampler
 
 from lightning_multigrid._checks import check_int, check_positive_int
 from lightning_multigrid.data.clip_params import ClipRequest
-from lightning_multigrid.schedule import MultigridSchedule, count_batches
+from lightning_multigrid.grid import GridPlan, count_batches
 
 __all__ = ["EpochShardSampler", "ShortCycleBatchSampler", "clip_seed"]
 
@@ -86,11 +86,11 @@ class EpochShardSampler(DistributedSampler):
 
 
 class ShortCycleBatchSampler(BatchSampler):
-    """Mini-batches of clip requests at the schedule's grid of every iteration.
+    """Mini-batches of clip requests at the plan's grid of every iteration.
 
-    Iteration ``i`` of epoch ``e`` takes the next ``schedule.short_cycle_at(e, i).batch_size``
+    Iteration ``i`` of epoch ``e`` takes the next ``plan.grid_at(e, i).batch_size``
     indices from ``sampler`` (consecutively; the last batch may be partial) and yields one
-    :class:`ClipRequest` per index with that grid's ``num_frames`` and ``crop_size``, the stage's
+    :class:`ClipRequest` per index with that grid's ``num_frames`` and ``crop_size``, the epoch's
     frame-stride range and the jitter range for the crop. Every clip gets its own ``seed``, a
     hash of (``seed``, epoch, position of the clip in the epoch over all ranks), so a seeded run
     decodes the same clips whatever the number of workers, and no two clips of a run share one.
@@ -104,7 +104,7 @@ class ShortCycleBatchSampler(BatchSampler):
     Args:
         sampler: index sampler with a length, usually :class:`EpochShardSampler` or
             ``DistributedSampler``; its indices are dataset indices.
-        schedule: the multigrid schedule (a plain fixed-shape schedule for the baseline).
+        plan: the grids of every epoch: a ``MultigridSchedule``, or a ``FixedGrid`` for the baseline.
         drop_last: drop the last batch of an epoch when it is smaller than its grid's batch.
         seed: base seed of the per-clip random draws.
         start_epoch: when given, ``sampler.set_epoch(start_epoch)`` is called here, so the length
@@ -125,7 +125,7 @@ class ShortCycleBatchSampler(BatchSampler):
     def __init__(
         self,
         sampler: Sampler[int] | Iterable[int],
-        schedule: MultigridSchedule,
+        plan: GridPlan,
         drop_last: bool = False,
         seed: int = 0,
         start_epoch: int | None = None,
@@ -143,7 +143,7 @@ class ShortCycleBatchSampler(BatchSampler):
         if start_iteration and start_epoch is None:
             raise ValueError("`start_iteration` needs `start_epoch`: the epoch the skipped iterations belong to.")
         self.sampler = sampler
-        self.schedule = schedule
+        self.plan = plan
         self.drop_last = drop_last
         self.seed = seed
         self.start_epoch = start_epoch
@@ -168,8 +168,8 @@ class ShortCycleBatchSampler(BatchSampler):
 
     def __iter__(self) -> Iterator[list[ClipRequest]]:  # type: ignore[override]
         epoch = self.epoch
-        stage = self.schedule.stage_at(epoch)
-        stride_range = (float(stage.sampling_rate[0]), float(stage.sampling_rate[1]))
+        low, high = self.plan.sampling_rate_range_at(epoch)
+        sampling_rate_range = (float(low), float(high))
         # Seeds are keyed by the clip's position in the global (all-rank) epoch order, which is
         # how DistributedSampler interleaves: rank r holds global positions r, r + n, r + 2n, ...
         num_replicas = int(getattr(self.sampler, "num_replicas", 1))
@@ -180,13 +180,13 @@ class ShortCycleBatchSampler(BatchSampler):
         skip = self.start_iteration if epoch == self.start_epoch else 0
         iteration = 0
         position = 0
-        grid = self.schedule.short_cycle_at(epoch, iteration)
-        scale_range = self.schedule.jitter_scales_for(grid.crop_size)
+        grid = self.plan.grid_at(epoch, iteration)
+        scale_range = self.plan.jitter_scales_for(grid.crop_size)
         batch: list[ClipRequest] = []
         for index in self.sampler:
             seed = clip_seed(self.seed, epoch, position * num_replicas + rank)
             batch.append(
-                ClipRequest(int(index), grid.num_frames, grid.crop_size, stride_range, scale_range, seed)
+                ClipRequest(int(index), grid.num_frames, grid.crop_size, sampling_rate_range, scale_range, seed)
             )
             position += 1
             if len(batch) == grid.batch_size:
@@ -194,14 +194,14 @@ class ShortCycleBatchSampler(BatchSampler):
                     yield batch
                 batch = []
                 iteration += 1
-                grid = self.schedule.short_cycle_at(epoch, iteration)
-                scale_range = self.schedule.jitter_scales_for(grid.crop_size)
+                grid = self.plan.grid_at(epoch, iteration)
+                scale_range = self.plan.jitter_scales_for(grid.crop_size)
         if batch and not self.drop_last and iteration >= skip:
             yield batch
 
     def __len__(self) -> int:
         """Batches in the current epoch over ``len(sampler)`` clips (equal on every rank)."""
-        sizes = [grid.batch_size for grid in self.schedule.cycle_at(self.epoch)]
+        sizes = [grid.batch_size for grid in self.plan.cycle_at(self.epoch)]
         counts = count_batches(len(self.sampler), sizes, drop_last=self.drop_last)  # type: ignore[arg-type]
         return sum(batches for batches, _ in counts)
 

@@ -1,0 +1,83 @@
+"""What the Lightning shell needs from the user's DataModule and LightningModule, as Protocols.
+
+:class:`GridDataModule` is everything ``MultigridCallback`` needs from a DataModule. The other
+Protocols are capabilities it uses when present, checked with ``isinstance``; a capability the
+user asked for but the DataModule lacks is a warning that names it. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from lightning_multigrid.grid import ClipSampling, GridPlan, GridShape
+
+__all__ = [
+    "GridDataModule",
+    "PathwayDataModule",
+    "PreciseBNDataModule",
+    "PretrainedModule",
+    "SizedDataModule",
+    "SkipCountingDataModule",
+]
+
+
+@runtime_checkable
+class GridDataModule(Protocol):
+    """What the callback needs from a DataModule: its base grid, and serving a plan's grids.
+
+    ``serve(plan)`` makes the train loader yield ``plan.grid_at(epoch, iteration)``-shaped
+    batches from the next ``train_dataloader()`` on (``ShortCycleBatchSampler`` does that);
+    ``serve(None)`` goes back to the base shape.
+    """
+
+    @property
+    def base_shape(self) -> GridShape: ...
+
+    @property
+    def clip_sampling(self) -> ClipSampling: ...
+
+    def serve(self, plan: GridPlan | None) -> None: ...
+
+
+@runtime_checkable
+class PreciseBNDataModule(Protocol):
+    """Can serve base-shape training batches for precise BatchNorm (``precise_bn_batches > 0``)."""
+
+    def precise_bn_dataloader(self) -> Iterable[Any]: ...
+
+
+@runtime_checkable
+class SizedDataModule(Protocol):
+    """Knows its training clips after ``setup("fit")`` (the summary's iteration counts)."""
+
+    @property
+    def train_dataset_size(self) -> int: ...
+
+
+@runtime_checkable
+class SkipCountingDataModule(Protocol):
+    """Counts the videos it skipped (logged as ``multigrid/skipped_videos``)."""
+
+    @property
+    def skipped_videos(self) -> int: ...
+
+
+@runtime_checkable
+class PathwayDataModule(Protocol):
+    """Says whether it splits clips into ``[slow, fast]`` pathways (for the preflight check)."""
+
+    @property
+    def slowfast_alpha(self) -> int | None: ...
+
+
+@runtime_checkable
+class PretrainedModule(Protocol):
+    """A LightningModule that says whether it starts from pretrained weights (``VideoClassifier`` does).
+
+    The callback's summary uses it to say whether a short run is from scratch, below multigrid's
+    validated regime; without it the summary says "if from scratch".
+    """
+
+    @property
+    def pretrained(self) -> bool: ...
