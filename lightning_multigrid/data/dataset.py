@@ -60,6 +60,7 @@ from lightning_multigrid.data.decoding.video import Interpolation
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
+from lightning_multigrid.grid import EvalViews, default_jitter_scales
 from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips"]
@@ -328,17 +329,12 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         manifest_kind: ManifestKind = "auto",
         reader: ClipReader | None = None,
     ) -> None:
-        for name, value in (
-            ("num_frames", num_frames),
-            ("crop_size", crop_size),
-            ("num_views", num_views),
-        ):
-            check_positive_int(name, value)
-        if num_crops not in (1, 3):
-            raise ValueError(f"`num_crops` must be 1 or 3, got {num_crops!r}.")
+        check_positive_int("num_frames", num_frames)
+        check_positive_int("crop_size", crop_size)
+        EvalViews(num_views, num_crops)  # the one check of the views (names the argument)
         if not sampling_rate > 0:
             raise ValueError(f"`sampling_rate` must be > 0, got {sampling_rate!r}.")
-        short_side = round(crop_size * 256 / 224) if short_side is None else short_side
+        short_side = default_jitter_scales(crop_size)[0] if short_side is None else short_side
         if short_side < crop_size:
             raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
         super().__init__(
