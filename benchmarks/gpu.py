@@ -60,7 +60,7 @@ from train import run as train_run  # noqa: E402
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips  # noqa: E402
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips, jpeg_decoder  # noqa: E402
-from lightning_multigrid.data.loader import ChunkedDataLoader  # noqa: E402
+from lightning_multigrid.data.loaders import ChunkedDataLoader  # noqa: E402
 from lightning_multigrid.data.manifests.load import load_manifest  # noqa: E402
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video  # noqa: E402
 from lightning_multigrid.data.tools.extract import extract_frames  # noqa: E402

@@ -58,7 +58,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
-from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import write_video
 from lightning_multigrid.data.tools.extract import extract_frames

@@ -4,7 +4,7 @@ Private attributes, the fit loop's progress counters on resume, and the loop att
 the Trainer's read-only settings. Each exists because no public path gives the same thing;
 ``tests/test_internals.py`` checks each against the installed Lightning and torch, so a rename
 upstream fails there, not in a user's run. One more lives where it must, as an override: ``ChunkedDataLoader._index_sampler``
-(``data/loader.py``), what torch's DataLoader draws worker tasks from; ``tests/test_data_loader.py``
+(``data/loaders.py``), what torch's DataLoader draws worker tasks from; ``tests/test_data_loader.py``
 fails if torch stops reading it (batches would no longer be cut into chunks).
 """
 

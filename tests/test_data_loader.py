@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.loader import ChunkedBatches, ChunkedDataLoader, chunk, join_batches
+from lightning_multigrid.data.loaders import ChunkedBatches, ChunkedDataLoader, chunk, join_batches
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule

@@ -72,3 +72,29 @@ def test_in_memory_reader_reports_a_bad_video_as_the_dataset_skips_it(tmp_path: 
     dataset = TrainVideoDataset(manifest, reader=InMemoryReader(manifest.entries[:1]))
     sample = dataset[request(1, seed=0)]
     assert sample["index"] == 0 and sample["skipped"] == (manifest.entries[1].path,)
+
+
+def test_a_video_file_is_opened_once_per_clip_and_the_reader_still_pickles(
+    synthetic_dataset: SyntheticDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    from lightning_multigrid.data.decoding import readers
+
+    opened: list[str] = []
+    real_reader = readers.VideoReader
+
+    def counting(path, *args):  # the real PyAV reader, counted
+        opened.append(str(path))
+        return real_reader(path, *args)
+
+    monkeypatch.setattr(readers, "VideoReader", counting)
+    manifest = load_manifest(synthetic_dataset.train_manifest)
+    dataset = TrainVideoDataset(manifest, flip=False, reader=VideoFileReader())
+    dataset[request(2, seed=1)]  # first visit: probed and decoded through one open
+    dataset[request(2, seed=2)]  # metadata cached: one more open
+    assert opened == [manifest.entries[2].path] * 2
+    # A probe whose read never came (the draw failed) leaves an open video: it does not travel to workers.
+    dataset.reader.source(manifest.entries[5])
+    copy = pickle.loads(pickle.dumps(dataset.reader))
+    assert copy._probed is None and manifest.entries[5].path in copy.metadata

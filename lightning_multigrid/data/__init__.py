@@ -17,7 +17,7 @@ from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_fol
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
 from lightning_multigrid.data.decoding.video import VideoReader, probe_video
-from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
 from lightning_multigrid.data.manifests.load import load_manifest

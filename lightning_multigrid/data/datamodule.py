@@ -99,7 +99,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             transfer (nvjpeg on a GPU), with the same clip parameters.
         chunk_batches: with several workers, cut each training batch into chunks of at least
             ``batch_size`` clips, decoded in parallel and joined in the main process
-            (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`), so a coarse grid's 8-16x
+            (:class:`~lightning_multigrid.data.loaders.ChunkedDataLoader`), so a coarse grid's 8-16x
             larger batch does not wait on one worker. Lightning still sees whole batches.
         filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"``
             (mmaction2), ``"{video}_{:06d}.jpg"`` (PySlowFast), ``"{video}-{:06d}.jpg"`` (Charades);

@@ -3,23 +3,52 @@
 No Lightning here: the builders take the rank and world size, the plan and the epoch, so they
 work in a plain PyTorch loop too. :class:`CachedLoader` keeps one loader while what it was built
 for (a :class:`LoaderKey`) holds, so persistent workers live on across epochs.
+
+A DataLoader gives each batch to one worker. Multigrid's coarse batches are 8-16x larger than the
+baseline's (e.g. 128 clips of 4 x 56 against 8 of 16 x 112): one worker then decodes 128 clips
+while the batch is awaited, epochs hold 8-16x fewer batches than workers can overlap at their
+start and end, and the first batch of every epoch takes a whole big batch of one worker's time.
+:class:`ChunkedDataLoader` hands the workers chunks of each batch instead (no smaller than
+``min_chunk_size`` clips, at most one per worker) and concatenates them in the main process, so
+the training loop, Lightning included, still sees whole batches: ``len()`` counts them, and
+``batch_sampler`` is the real batch sampler (Lightning can still swap in its
+``DistributedSampler`` and re-create the loader from its arguments).
+
+Example::
+
+    loader = ChunkedDataLoader(dataset, batch_sampler=ShortCycleBatchSampler(sampler, schedule),
+                               min_chunk_size=8, num_workers=8, collate_fn=collate_clips)
+    for batch in loader:      # whole batches, e.g. 128 clips decoded by 8 workers in parallel
+        ...
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_int
 from lightning_multigrid.data.dataset import collate_clips
-from lightning_multigrid.data.loader import ChunkedDataLoader
+from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import GridPlan, GridShape
 
-__all__ = ["CachedLoader", "LoaderKey", "LoaderSettings", "build_eval_loader", "build_train_loader"]
+__all__ = [
+    "CachedLoader",
+    "ChunkedBatches",
+    "ChunkedDataLoader",
+    "LoaderKey",
+    "LoaderSettings",
+    "build_eval_loader",
+    "build_train_loader",
+    "chunk",
+    "join_batches",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +66,7 @@ class LoaderSettings:
         persistent_workers: keep workers alive between epochs (ignored with ``num_workers=0``).
         drop_last: drop the last, partial training batch of an epoch.
         chunk_batches: with several workers, cut each training batch into chunks decoded in
-            parallel (:class:`~lightning_multigrid.data.loader.ChunkedDataLoader`).
+            parallel (:class:`ChunkedDataLoader`).
     """
 
     batch_size: int
@@ -155,3 +184,158 @@ class CachedLoader:
         """Forget the kept loader (its workers stop when nothing else holds it)."""
         self._key = None
         self._loader = None
+
+
+class ChunkedBatches:
+    """The batches of ``batch_sampler`` cut into up to ``num_chunks`` chunks of at least ``min_chunk_size``.
+
+    Each batch's chunk count is queued in :attr:`parts` as the batch is cut (the DataLoader cuts
+    in the main process, ahead of the chunks coming back in order), so the loader knows how
+    many chunks make the next batch.
+    """
+
+    def __init__(self, batch_sampler: Iterable[list[Any]], num_chunks: int, min_chunk_size: int) -> None:
+        if num_chunks < 1 or min_chunk_size < 1:
+            raise ValueError(f"`num_chunks` and `min_chunk_size` must be >= 1, got {num_chunks} and {min_chunk_size}.")
+        self.batch_sampler = batch_sampler
+        self.num_chunks = num_chunks
+        self.min_chunk_size = min_chunk_size
+        self.parts: deque[int] = deque()
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        for batch in self.batch_sampler:
+            chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
+            self.parts.append(len(chunks))
+            yield from chunks
+
+    def __len__(self) -> int:
+        # What the DataLoader's iterator may check; the loader itself reports whole batches.
+        if not isinstance(self.batch_sampler, Sized):
+            raise TypeError("the batch sampler has no length")
+        return len(self.batch_sampler)
+
+
+def chunk(batch: list[Any], num_chunks: int, min_chunk_size: int) -> list[list[Any]]:
+    """``batch`` cut into ``min(num_chunks, len // min_chunk_size)`` (at least 1) near-equal consecutive chunks.
+
+    Example::
+
+        chunk(list(range(10)), num_chunks=3, min_chunk_size=2)   # [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    """
+    parts = max(1, min(num_chunks, len(batch) // min_chunk_size))
+    size, extra = divmod(len(batch), parts)
+    chunks, start = [], 0
+    for k in range(parts):
+        end = start + size + (k < extra)
+        chunks.append(batch[start:end])
+        start = end
+    return chunks
+
+
+class ChunkedDataLoader(DataLoader):
+    """A DataLoader whose workers decode chunks of each batch; it yields whole, joined batches.
+
+    Args:
+        dataset: the dataset, indexed by the batch sampler's items.
+        batch_sampler: yields whole batches (e.g. ``ShortCycleBatchSampler``).
+        min_chunk_size: no chunk below this many clips (a few clips per worker round trip keep
+            the inter-process overhead small; the base batch size is a good value).
+        num_workers: worker processes; with 0 or 1 batches are not cut.
+        collate_fn: collates a chunk; chunks are joined with :func:`join_batches`.
+        pin_memory: pin batches (the joined batch is pinned again).
+        persistent_workers: keep workers between epochs.
+        batch_size: as ``DataLoader``; must stay 1 with a ``batch_sampler`` (here so Lightning
+            can re-create the loader from its arguments).
+        shuffle: as ``DataLoader``, must stay unset.
+        sampler: as ``DataLoader``, must stay unset.
+        drop_last: as ``DataLoader``, must stay ``False``.
+
+    Raises:
+        ValueError: when ``min_chunk_size`` < 1.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_sampler: Iterable[list[Any]],
+        min_chunk_size: int = 1,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        drop_last: bool = False,
+    ) -> None:
+        if min_chunk_size < 1:
+            raise ValueError(f"`min_chunk_size` must be >= 1, got {min_chunk_size!r}.")
+        super().__init__(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            persistent_workers=persistent_workers,
+        )
+        self.min_chunk_size = min_chunk_size
+        self._chunks: ChunkedBatches | None = None
+
+    @property
+    def _index_sampler(self) -> Any:
+        # What the DataLoader's iterator draws worker tasks from (``batch_sampler`` by default);
+        # one wrapper per loader, since a persistent workers' iterator keeps the one it first got.
+        if self.num_workers <= 1:
+            return self.batch_sampler
+        if self._chunks is None or self._chunks.batch_sampler is not self.batch_sampler:
+            self._chunks = ChunkedBatches(self.batch_sampler, self.num_workers, self.min_chunk_size)  # type: ignore[arg-type]
+        return self._chunks
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        if self.num_workers <= 1:
+            yield from super().__iter__()
+            return
+        chunks = self._index_sampler
+        chunks.parts.clear()  # an abandoned epoch's counts
+        iterator = super().__iter__()
+        for first in iterator:
+            parts = chunks.parts.popleft()
+            pieces = [first] + [next(iterator) for _ in range(parts - 1)]
+            yield join_batches(pieces, pin_memory=self.pin_memory) if parts > 1 else first
+
+
+def join_batches(batches: list[dict[str, Any]], pin_memory: bool = False) -> dict[str, Any]:
+    """Concatenate collated batches (``collate_clips`` dicts) along the batch dimension.
+
+    Tensors are concatenated (video, its pathways, labels, indices, views), lists of paths
+    chained, JPEG clips gathered into one :class:`EncodedBatch`.
+    """
+    joined: dict[str, Any] = {}
+    for key, first in batches[0].items():
+        values = [b[key] for b in batches]
+        if isinstance(first, torch.Tensor):
+            joined[key] = _cat(values, pin_memory)
+        elif isinstance(first, EncodedBatch):
+            joined[key] = EncodedBatch([clip for value in values for clip in value.clips])
+        elif isinstance(first, list) and first and isinstance(first[0], torch.Tensor):
+            joined[key] = [_cat([v[p] for v in values], pin_memory) for p in range(len(first))]
+        elif isinstance(first, list):
+            joined[key] = [item for value in values for item in value]
+        else:
+            raise TypeError(f"`join_batches` cannot join batch key {key!r} of type {type(first).__name__}.")
+    return joined
+
+
+def _cat(tensors: list[torch.Tensor], pin_memory: bool) -> torch.Tensor:
+    if not pin_memory or not torch.cuda.is_available():
+        return torch.cat(tensors)
+    shape = (sum(t.shape[0] for t in tensors), *tensors[0].shape[1:])
+    out = torch.empty(shape, dtype=tensors[0].dtype, pin_memory=True)
+    return torch.cat(tensors, out=out)

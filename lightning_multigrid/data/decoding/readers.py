@@ -82,18 +82,38 @@ class VideoFileReader:
         self.metadata = MetadataCache(metadata_file)
         self.interpolation = interpolation
         self._threads: tuple[int, int] | None = None  # (process id, decoder threads)
+        # A video opened to probe it stays open for the read that follows: one open per clip.
+        self._probed: VideoReader | None = None
 
     def source(self, entry: VideoEntry) -> VideoMetadata:
         metadata = self.metadata.get(entry.path)
         if metadata is None:
-            with self._open(entry.path, None) as video:
-                metadata = video.metadata
+            self._close_probed()
+            self._probed = self._open(entry.path, None)
+            metadata = self._probed.metadata
             self.metadata.put(entry.path, metadata)
         return metadata
 
     def read(self, entry: VideoEntry, params: ClipParams) -> torch.Tensor:
-        with self._open(entry.path, self.source(entry)) as video:
+        metadata = self.source(entry)  # opens a video not probed yet, and keeps it open
+        video, self._probed = self._probed, None
+        if video is None or video.path != str(entry.path):
+            if video is not None:
+                video.close()
+            video = self._open(entry.path, metadata)
+        with video:
             return video.read(params)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Workers get a copy of the reader; an open container does not travel (nor pickle).
+        state = dict(self.__dict__)
+        state["_probed"] = None
+        return state
+
+    def _close_probed(self) -> None:
+        if self._probed is not None:
+            self._probed.close()
+            self._probed = None
 
     def _open(self, path: str, metadata: VideoMetadata | None) -> VideoReader:
         if self._threads is None or self._threads[0] != os.getpid():
