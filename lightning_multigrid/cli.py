@@ -1,8 +1,11 @@
 """`lightning-multigrid`: the command line.
 
-``schedule`` previews a schedule, ``check-data`` decodes every video of a manifest, ``make-synthetic``
-writes the demo dataset. Commands are registered in ``COMMANDS``; each takes its own
-argparse sub-parser and a handler. Settings errors print one line and exit with status 2.
+``fit``, ``validate`` and ``test`` are handed, untouched, to the LightningCLI in
+:mod:`lightning_multigrid.trainer_cli`. The rest are this module's: ``schedule`` previews a
+schedule, ``check-data`` decodes every video of a manifest, ``extract-frames`` writes frame
+folders, ``compare`` trains a config as the baseline and with multigrid, ``make-synthetic`` writes
+the demo dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
+handler; settings errors print one line and exit with status 2.
 """
 
 from __future__ import annotations
