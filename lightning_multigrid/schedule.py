@@ -628,7 +628,7 @@ def _make_short_run_stage(
     crop_size = max(1, round(config.crop_size * s_factor))
     lr_factor = min(_relative_batch(config, num_frames, crop_size), config.short_run_max_lr_factor)
     batch_size = config.batch_size * lr_factor
-    stride = config.sampling_rate
+    rate = config.sampling_rate
     return Stage(
         start_epoch=start,
         end_epoch=end,
@@ -637,7 +637,7 @@ def _make_short_run_stage(
         lr_factor=lr_factor,
         short_cycle=(),
         bn=plan_batchnorm(batch_size, config.bn_base_size * (lr_factor if config.scale_bn_base_size else 1), config.devices),
-        sampling_rate=(float(stride), stride * config.num_frames / num_frames),
+        sampling_rate=(float(rate), rate * config.num_frames / num_frames),
     )
 
 
@@ -789,7 +789,7 @@ def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr
             GridShape(shape.batch_size * round((crop_size / short_crop) ** 2), num_frames, short_crop)
             for short_crop in _short_cycle_crops(config)
         ) + (shape,)
-    stride = config.sampling_rate
+    rate = config.sampling_rate
     return Stage(
         start_epoch=start,
         end_epoch=end,
@@ -802,7 +802,7 @@ def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr
             config.bn_base_size * (relative_batch if config.scale_bn_base_size else 1),
             config.devices,
         ),
-        sampling_rate=(float(stride), stride * config.num_frames / num_frames),
+        sampling_rate=(float(rate), rate * config.num_frames / num_frames),
         fine_tuning=piece.fine_tuning,
     )
 

@@ -64,8 +64,8 @@ def test_exact_fractional_stride() -> None:
 def test_short_video_repeats_last_frame() -> None:
     # span 7 > 5 frames: start = randint(0, 0) = 0, frames 0, 2, 4, then 6 -> clamped to 4.
     assert sample_clip_params(request(), metadata(num_frames=5)).frame_indices == (0, 2, 4, 4)
-    assert frame_indices(video_frames=10, num_frames=4, stride=3, start=2) == (2, 5, 8, 9)
-    assert frame_indices(video_frames=1, num_frames=3, stride=2, start=0) == (0, 0, 0)
+    assert frame_indices(video_frames=10, num_frames=4, sampling_rate=3, start=2) == (2, 5, 8, 9)
+    assert frame_indices(video_frames=1, num_frames=3, sampling_rate=2, start=0) == (0, 0, 0)
 
 
 def test_same_seed_same_params_different_seed_different() -> None:

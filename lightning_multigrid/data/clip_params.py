@@ -9,9 +9,9 @@ transforms v2: :func:`sample_clip_params` draws every random number of a trainin
 
 Training draws, in this order (DESIGN.md, "Sampling grids"):
 
-1. ``stride = rng.uniform(*request.sampling_rate_range)`` (source frames at the video's own rate);
-2. ``start = rng.randint(0, max(N - span, 0))`` with ``span = floor((T - 1) * stride) + 1``
-   frames, ``N`` the video's frames; frame ``k`` is ``min(start + floor(k * stride), N - 1)``, so a
+1. ``sampling_rate = rng.uniform(*request.sampling_rate_range)`` (source frames at the video's own rate);
+2. ``start = rng.randint(0, max(N - span, 0))`` with ``span = floor((T - 1) * sampling_rate) + 1``
+   frames, ``N`` the video's frames; frame ``k`` is ``min(start + floor(k * sampling_rate), N - 1)``, so a
    video shorter than the span gives all it has and repeats its last frame (as the reference does);
 3. ``short_side = rng.randint(*request.scale_range)`` (at least the crop);
 4. ``crop_x = rng.randint(0, width' - crop)``, ``crop_y = rng.randint(0, height' - crop)`` in the
@@ -104,20 +104,20 @@ class ClipParams:
     flip: bool = False
 
 
-def span_frames(num_frames: int, stride: float) -> int:
+def span_frames(num_frames: int, sampling_rate: float) -> int:
     """Source frames from the first to the last sampled frame, both included."""
-    return math.floor((num_frames - 1) * stride) + 1
+    return math.floor((num_frames - 1) * sampling_rate) + 1
 
 
-def frame_indices(video_frames: int, num_frames: int, stride: float, start: int) -> tuple[int, ...]:
-    """Frames ``start + floor(k * stride)`` for ``k < num_frames``, clamped to the last frame.
+def frame_indices(video_frames: int, num_frames: int, sampling_rate: float, start: int) -> tuple[int, ...]:
+    """Frames ``start + floor(k * sampling_rate)`` for ``k < num_frames``, clamped to the last frame.
 
     Example::
 
-        frame_indices(video_frames=10, num_frames=4, stride=3, start=2)   # (2, 5, 8, 9)
+        frame_indices(video_frames=10, num_frames=4, sampling_rate=3, start=2)   # (2, 5, 8, 9)
     """
     last = video_frames - 1
-    return tuple(min(start + math.floor(k * stride), last) for k in range(num_frames))
+    return tuple(min(start + math.floor(k * sampling_rate), last) for k in range(num_frames))
 
 
 def resized_size(width: int, height: int, short_side: int) -> tuple[int, int]:
@@ -162,10 +162,10 @@ def sample_clip_params(request: ClipRequest, metadata: ClipSource, flip: bool = 
     """
     check_request(request)
     rng = random.Random(request.seed)
-    stride = rng.uniform(*request.sampling_rate_range)
-    span = span_frames(request.num_frames, stride)
+    sampling_rate = rng.uniform(*request.sampling_rate_range)
+    span = span_frames(request.num_frames, sampling_rate)
     start = rng.randint(0, max(metadata.num_frames - span, 0))
-    indices = frame_indices(metadata.num_frames, request.num_frames, stride, start)
+    indices = frame_indices(metadata.num_frames, request.num_frames, sampling_rate, start)
     short_side = rng.randint(max(request.scale_range[0], request.crop_size), request.scale_range[1])
     width, height = resized_size(metadata.width, metadata.height, short_side)
     crop = request.crop_size
