@@ -1,6 +1,6 @@
 """Multigrid training for video models (Wu et al., CVPR 2020) as a PyTorch Lightning plugin.
 
-``GridShape`` (pure Python, :mod:`lightning_multigrid.grid`) is imported eagerly; every other name
+The grid values (pure Python, :mod:`lightning_multigrid.grid`) are imported eagerly; every other name
 is imported on first use, so importing a module of the package (the batch sampler, say) loads only
 what that module needs: no torch for the schedule, no schedule for the data pipeline.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from lightning_multigrid.grid import GridShape
+from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
 __version__ = "0.1.0.dev0"
 
@@ -36,7 +36,7 @@ _LAZY = {
     "EpochShardSampler": "lightning_multigrid.data.sampler",
 }
 
-__all__ = ["GridShape", *_LAZY]
+__all__ = ["ClipSampling", "EvalViews", "FixedGrid", "GridPlan", "GridShape", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
