@@ -28,7 +28,9 @@ from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthe
 # process keeps it from oversubscribing them.
 torch.set_num_threads(1)
 
-BrokenKind = Literal["missing", "empty", "truncated", "random_bytes", "audio_only", "zero_frames", "no_video_track"]
+BrokenKind = Literal[
+    "missing", "empty", "truncated", "random_bytes", "audio_only", "zero_frames", "no_video_track", "unknown_codec"
+]
 BROKEN_KINDS: tuple[BrokenKind, ...] = (
     "missing",
     "empty",
@@ -37,6 +39,7 @@ BROKEN_KINDS: tuple[BrokenKind, ...] = (
     "audio_only",
     "zero_frames",
     "no_video_track",
+    "unknown_codec",
 )
 
 
@@ -94,6 +97,10 @@ class VideoFactory:
             _write_audio_only(path)
         elif kind in ("zero_frames", "no_video_track"):
             _write_without_frames(path, kind)
+        elif kind == "unknown_codec":
+            # A damaged sample description: the container opens, its video stream has no decoder.
+            data = self.coded(f"{path.stem}_source.mp4", num_frames=12).read_bytes()
+            path.write_bytes(data.replace(b"avc1", b"zzzz"))
         else:
             raise ValueError(f"unknown kind {kind!r}")
         return path

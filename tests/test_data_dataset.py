@@ -139,7 +139,7 @@ def test_bad_videos_are_replaced_logged_once_and_reported(
         assert sample["video"].shape == (3, 4, 32, 32)
     skipped = [p for s in samples for p in s["skipped"]]
     assert set(skipped) == bad_paths
-    assert all(s["skipped"][0] == dataset.manifest.entries[i].path for s, i in zip(samples, list(range(9)) * 3) if i >= 2)
+    assert all(s["skipped"][0] == dataset.manifest.entries[i].path for s, i in zip(samples, list(range(len(dataset))) * 3) if i >= 2)
     logged = Counter(r.args[0] for r in caplog.records if r.args)  # type: ignore[index]
     assert logged == Counter({p: 1 for p in bad_paths})  # each bad file once per process
     assert "missing.mp4: the file does not exist" in caplog.text

@@ -137,6 +137,7 @@ def test_metadata_file_errors(tmp_path: Path) -> None:
         ("audio_only", r"no video stream \(streams: audio\)"),
         ("zero_frames", "the video stream has no frames"),
         ("no_video_track", r"no video stream \(streams: none\)"),
+        ("unknown_codec", "the video stream has no decoder"),
     ],
 )
 def test_bad_files_raise_with_path_and_reason(videos: VideoFactory, kind: BrokenKind, reason: str) -> None:
@@ -150,7 +151,7 @@ def test_bad_files_raise_with_path_and_reason(videos: VideoFactory, kind: Broken
 
 def test_every_broken_kind_is_covered() -> None:
     assert set(BROKEN_KINDS) == {
-        "missing", "empty", "truncated", "random_bytes", "audio_only", "zero_frames", "no_video_track"
+        "missing", "empty", "truncated", "random_bytes", "audio_only", "zero_frames", "no_video_track", "unknown_codec"
     }
 
 

@@ -60,8 +60,8 @@ class VideoReader:
             them (:func:`decoder_threads_per_worker`).
 
     Raises:
-        VideoDecodeError: when the file is missing, empty, not a video, has no video stream or
-            no frames.
+        VideoDecodeError: when the file is missing, empty, not a video, has no video stream, no
+            decoder for it or no frames.
     """
 
     def __init__(
@@ -91,6 +91,8 @@ class VideoReader:
                 kinds = sorted(str(s.type) for s in self._container.streams)
                 raise VideoDecodeError(self.path, f"no video stream (streams: {', '.join(kinds) or 'none'})")
             self._stream = self._container.streams.video[0]
+            if self._stream.codec_context is None:  # an unknown codec or a damaged sample description
+                raise VideoDecodeError(self.path, "the video stream has no decoder (unknown codec or damaged header)")
             # FFmpeg's default (slice threads, one per core) gives each of N workers all the cores.
             self._stream.thread_type = "AUTO" if threads > 1 else "SLICE"
             self._stream.codec_context.thread_count = threads
