@@ -142,6 +142,14 @@ def test_the_static_reading_agrees_with_a_real_import():
     assert "pytorch_lightning" in _external(f"{PACKAGE}.callback")
 
 
+def test_the_data_pipeline_does_not_load_the_model_zoo():
+    # It needs the one [slow, fast] split from models/, not the backbones: torchvision's model zoo
+    # costs about a second of start-up in every tool and every spawned DataLoader worker.
+    code = "import sys, lightning_multigrid.data; print('torchvision.models' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize("module", sorted(WITHOUT_SCHEDULE))
 def test_the_data_pipeline_does_not_import_the_schedule(module):
     assert f"{PACKAGE}.schedule" not in _imports(module), f"{module} imports the schedule; it needs grid.py only"

@@ -6,13 +6,36 @@ backbones by name.
 - :mod:`~lightning_multigrid.models.pathways`: :func:`slowfast_pathways`, the one ``[slow, fast]`` split;
 - :mod:`~lightning_multigrid.models.backbones`: :func:`build_backbone`, :class:`TinyVideoNet`;
 - :mod:`~lightning_multigrid.models.weights`: :func:`load_weights`, pretrained weights by name or file.
+
+The backbones and weights (which load torchvision's model zoo) are imported on first use: the data
+pipeline imports :mod:`~lightning_multigrid.models.pathways` (torch only) and must not pay for them.
 """
 
-from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Torch only, and `preflight` is also a submodule's name: a lazy function would lose to the module.
 from lightning_multigrid.models.heads import convert_head_pooling, find_fixed_head_pools, make_multigrid_compatible
 from lightning_multigrid.models.pathways import slowfast_pathways
 from lightning_multigrid.models.preflight import FixedHeadPoolWarning, preflight
-from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
+
+if TYPE_CHECKING:
+    from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
+    from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
+
+# name -> submodule that defines it, imported on first access.
+_LAZY = {
+    "BACKBONES": "backbones",
+    "TWO_PATHWAY_BACKBONES": "backbones",
+    "TinyVideoNet": "backbones",
+    "build_backbone": "backbones",
+    "LoadedWeights": "weights",
+    "classifier_keys": "weights",
+    "load_weights": "weights",
+    "weights_names": "weights",
+}
 
 __all__ = [
     "BACKBONES",
@@ -30,3 +53,9 @@ __all__ = [
     "slowfast_pathways",
     "weights_names",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

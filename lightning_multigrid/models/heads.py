@@ -18,7 +18,6 @@ import sys
 from collections.abc import Callable, Iterable
 
 from torch import nn
-from torchvision.models import video as tv_video
 
 __all__ = ["convert_head_pooling", "find_fixed_head_pools", "make_multigrid_compatible"]
 
@@ -134,6 +133,8 @@ def _pytorchvideo_heads() -> tuple[tuple[type[nn.Module], ...], tuple[type[nn.Mo
 def _head_pool_slots(model: nn.Module) -> Iterable[tuple[str, nn.Module, str]]:
     """Yield ``(parent name, container, key)`` for each fixed head pool, ``container.key``."""
     pool_concat_pathway, pool_heads = _pytorchvideo_heads()
+    from torchvision.models.video import S3D  # the model zoo, loaded only when a model is walked
+
     for parent_name, parent in model.named_modules():
         if isinstance(parent, pool_concat_pathway):
             # The per-pathway pools live in a ModuleList (entries may be None).
@@ -144,7 +145,7 @@ def _head_pool_slots(model: nn.Module) -> Iterable[tuple[str, nn.Module, str]]:
             # X3D's ResNetBasicHead holds a ProjectedPool as `pool`, which is not a fixed pool
             # itself; its inner `pool` is found when the walk reaches the ProjectedPool.
             yield from ((parent_name, parent, key) for key in _fixed_pools(parent, lambda key: key == "pool"))
-        elif isinstance(parent, tv_video.S3D):
+        elif isinstance(parent, S3D):
             # S3D pools with (2, 7, 7), then a 1x1x1 conv classifier and a mean.
             yield from ((parent_name, parent, key) for key in _fixed_pools(parent, lambda key: key == "avgpool"))
         else:
