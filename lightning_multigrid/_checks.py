@@ -7,14 +7,16 @@ from typing import Any
 __all__ = ["check_bool", "check_int", "check_positive_int"]
 
 
-def check_positive_int(name: str, value: Any) -> int:
-    """Return ``value`` if it is a positive ``int`` (not a ``bool``), else raise naming ``name``.
+def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is a positive ``int`` (not a ``bool``), or ``None`` when allowed, else raise naming ``name``.
 
     Raises:
         ValueError: ``"`name` must be a positive integer, got value."``
     """
+    if allow_none and value is None:
+        return value
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        raise ValueError(f"`{name}` must be a positive integer{' or None' if allow_none else ''}, got {value!r}.")
     return value
 
 

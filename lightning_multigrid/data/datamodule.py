@@ -399,7 +399,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             num_frames=base.num_frames,
             crop_size=base.crop_size,
             sampling_rate=sampling.sampling_rate,
-            short_side=sampling.jitter_scales[0] if sampling.jitter_scales is not None else None,
+            short_side=sampling.scales_for_base(base.crop_size)[0],  # the minimum training short side
             num_views=self.eval_views.num_views,
             num_crops=self.eval_views.num_crops,
             root=self.root_dir,

@@ -96,8 +96,7 @@ class _VideoDataset:
                 f"`frame_decode='device'` needs a frame dataset, but {self.manifest.source} lists video files: "
                 "convert it with `lightning-multigrid extract-frames`, or decode in the workers."
             )
-        if slowfast_alpha is not None and (isinstance(slowfast_alpha, bool) or slowfast_alpha < 1):
-            raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {slowfast_alpha!r}.")
+        check_positive_int("slowfast_alpha", slowfast_alpha, allow_none=True)
         check_bool("strict", strict)
         if max_replacements < 1:
             raise ValueError(f"`max_replacements` must be >= 1, got {max_replacements!r}.")

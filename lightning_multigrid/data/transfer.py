@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from lightning_multigrid._checks import check_bool
+from lightning_multigrid._checks import check_bool, check_positive_int
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_batch
 from lightning_multigrid.models.pathways import slowfast_pathways
 
@@ -54,9 +54,7 @@ class BatchTransfer:
         if not all(s > 0 for s in self.std):
             raise ValueError(f"`std` must be > 0, got {self.std!r}.")
         check_bool("strict", self.strict)
-        alpha = self.slowfast_alpha
-        if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, int) or alpha < 1):
-            raise ValueError(f"`slowfast_alpha` must be a positive integer or None, got {alpha!r}.")
+        check_positive_int("slowfast_alpha", self.slowfast_alpha, allow_none=True)
 
     def __call__(self, batch: dict[str, Any], convert: Callable[[Any], Any] | None = None) -> None:
         """Finish ``batch`` in place on the device its ``"label"`` is on.
