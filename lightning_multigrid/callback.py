@@ -175,6 +175,7 @@ class MultigridCallback(Callback):
         self._lr = None
         self._applied_bn: BNPlan | None = None
         self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
+        self._skip_counter: SkipCountingDataModule | None = None  # read at every step: resolved once
         # Trainer settings the callback changes during fit, with their values to restore.
         self._trainer_settings: dict[str, Any] = {}
 
@@ -242,6 +243,7 @@ class MultigridCallback(Callback):
 
         self._change(trainer, "max_epochs", self.schedule.max_epochs)
         datamodule.serve(self.schedule)
+        self._skip_counter = datamodule if isinstance(datamodule, SkipCountingDataModule) else None
         drop_train_loader(trainer)  # one built before now serves the baseline grid
         if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
@@ -371,8 +373,8 @@ class MultigridCallback(Callback):
         shown = {"multigrid/batch_size", "multigrid/num_frames", "multigrid/crop_size"}
         for key, value in metrics.items():
             pl_module.log(key, value, on_step=True, on_epoch=False, prog_bar=key in shown, batch_size=grid.batch_size)
-        if isinstance(trainer.datamodule, SkipCountingDataModule):
-            skipped = trainer.datamodule.skipped_videos
+        if self._skip_counter is not None:
+            skipped = self._skip_counter.skipped_videos
             # Each rank counts the videos it skipped: the logged value is the sum over ranks
             # (every rank logs at every step, so the reduction never waits on one that does not).
             pl_module.log(
