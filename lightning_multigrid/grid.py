@@ -100,6 +100,11 @@ class ClipSampling:
                 "the crop would not fit; raise the min scale."
             )
 
+    def sampling_rate_range_for(self, num_frames: int, base_num_frames: int) -> tuple[float, float]:
+        """``(min, max)`` frame stride for clips of ``num_frames`` frames: from the base stride up to the
+        stride at which they span as many source frames as the base clip (fewer frames: longer strides)."""
+        return float(self.sampling_rate), self.sampling_rate * base_num_frames / num_frames
+
     def jitter_scales_for(self, crop_size: int, base_crop_size: int) -> tuple[int, int]:
         """Short-side range in pixels for a ``crop_size`` crop: the minimum scales with the crop, the maximum not."""
         low, high = self.scales_for_base(base_crop_size)
@@ -191,8 +196,8 @@ class FixedGrid:
         return self.base_shape
 
     def sampling_rate_range_at(self, epoch: int) -> tuple[float, float]:
-        rate = float(self.clip_sampling.sampling_rate)
-        return rate, rate
+        frames = self.base_shape.num_frames
+        return self.clip_sampling.sampling_rate_range_for(frames, frames)
 
     def jitter_scales_for(self, crop_size: int) -> tuple[int, int]:
         return self.clip_sampling.jitter_scales_for(crop_size, self.base_shape.crop_size)

@@ -266,7 +266,7 @@ class MultigridConfig:
         """
         largest_short = max(_short_cycle_crops(self))
         for t_factor, s_factor in self.long_cycle_factors:
-            long_crop = max(1, round(s_factor * self.crop_size))
+            long_crop = _grid_size(self, t_factor, s_factor)[1]
             if long_crop < largest_short:
                 raise ValueError(
                     f"`long_cycle_factors` entry ({t_factor}, {s_factor}) gives a {long_crop}-pixel crop, "
@@ -591,7 +591,8 @@ def _build_short_run_schedule(config: MultigridConfig) -> MultigridSchedule:
     for begin, end in zip(breaks, breaks[1:]):
         t_factor, s_factor = grid_of_epoch[begin]
         lr_stage = bisect.bisect_right(config.milestones, begin)
-        stages.append(_make_short_run_stage(config, t_factor, s_factor, begin, end, lr_stage))
+        piece = _Piece(lr_stage, t_factor, s_factor, full_grid=True)
+        stages.append(_make_stage(config, piece, begin, end, lr_stage, max_lr_factor=config.short_run_max_lr_factor))
     return MultigridSchedule(config, tuple(stages), edges)
 
 
@@ -616,29 +617,7 @@ def _short_run_epochs(config: MultigridConfig) -> list[int]:
 
 def _cost_ratio(config: MultigridConfig, t_factor: float, s_factor: float) -> int:
     """Equation 1's relative batch ``r`` of a ``(t_factor, s_factor)`` grid: its cost saving per clip."""
-    num_frames = max(1, round(config.num_frames * t_factor))
-    crop_size = max(1, round(config.crop_size * s_factor))
-    return _relative_batch(config, num_frames, crop_size)
-
-
-def _make_short_run_stage(
-    config: MultigridConfig, t_factor: float, s_factor: float, start: int, end: int, lr_stage: int
-) -> Stage:
-    num_frames = max(1, round(config.num_frames * t_factor))
-    crop_size = max(1, round(config.crop_size * s_factor))
-    lr_factor = min(_relative_batch(config, num_frames, crop_size), config.short_run_max_lr_factor)
-    batch_size = config.batch_size * lr_factor
-    rate = config.sampling_rate
-    return Stage(
-        start_epoch=start,
-        end_epoch=end,
-        lr_stage=lr_stage,
-        shape=GridShape(batch_size, num_frames, crop_size),
-        lr_factor=lr_factor,
-        short_cycle=(),
-        bn=plan_batchnorm(batch_size, config.bn_base_size * (lr_factor if config.scale_bn_base_size else 1), config.devices),
-        sampling_rate=(float(rate), rate * config.num_frames / num_frames),
-    )
+    return _relative_batch(config, *_grid_size(config, t_factor, s_factor))
 
 
 @dataclass(frozen=True, slots=True)
@@ -778,33 +757,41 @@ def _minimum_epochs(piece: _Piece) -> int:
     return 2 if piece.split_lr else 1
 
 
-def _make_stage(config: MultigridConfig, piece: _Piece, start: int, end: int, lr_stage: int) -> Stage:
-    num_frames = max(1, round(config.num_frames * piece.t_factor))
-    crop_size = max(1, round(config.crop_size * piece.s_factor))
-    relative_batch = _relative_batch(config, num_frames, crop_size)
-    shape = GridShape(config.batch_size * relative_batch, num_frames, crop_size)
+def _make_stage(
+    config: MultigridConfig, piece: _Piece, start: int, end: int, lr_stage: int, max_lr_factor: int | None = None
+) -> Stage:
+    """The stage of ``piece`` over epochs ``[start, end)``; ``max_lr_factor`` caps its batch growth (short-run mode)."""
+    num_frames, crop_size = _grid_size(config, piece.t_factor, piece.s_factor)
+    lr_factor = _relative_batch(config, num_frames, crop_size)
+    if max_lr_factor is not None:
+        lr_factor = min(lr_factor, max_lr_factor)
+    shape = GridShape(config.batch_size * lr_factor, num_frames, crop_size)
     short_cycle: tuple[GridShape, ...] = ()
     if config.short_cycle and not piece.full_grid:
         short_cycle = tuple(
             GridShape(shape.batch_size * round((crop_size / short_crop) ** 2), num_frames, short_crop)
             for short_crop in _short_cycle_crops(config)
         ) + (shape,)
-    rate = config.sampling_rate
     return Stage(
         start_epoch=start,
         end_epoch=end,
         lr_stage=lr_stage,
         shape=shape,
-        lr_factor=relative_batch,
+        lr_factor=lr_factor,
         short_cycle=short_cycle,
         bn=plan_batchnorm(
             shape.batch_size,
-            config.bn_base_size * (relative_batch if config.scale_bn_base_size else 1),
+            config.bn_base_size * (lr_factor if config.scale_bn_base_size else 1),
             config.devices,
         ),
-        sampling_rate=(float(rate), rate * config.num_frames / num_frames),
+        sampling_rate=config.clip_sampling.sampling_rate_range_for(num_frames, config.num_frames),
         fine_tuning=piece.fine_tuning,
     )
+
+
+def _grid_size(config: MultigridConfig, t_factor: float, s_factor: float) -> tuple[int, int]:
+    """Frames and crop (pixels) of a ``(t_factor, s_factor)`` shape of the base grid, at least 1 each."""
+    return max(1, round(config.num_frames * t_factor)), max(1, round(config.crop_size * s_factor))
 
 
 def _relative_batch(config: MultigridConfig, num_frames: int, crop_size: float) -> int:
@@ -822,8 +809,8 @@ def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: 
 
     As in the reference implementation, short-cycle crops enter unrounded here.
     """
-    num_frames = max(1, round(config.num_frames * t_factor))
-    crops: list[float] = [max(1, round(config.crop_size * s_factor))]
+    num_frames, crop_size = _grid_size(config, t_factor, s_factor)
+    crops: list[float] = [crop_size]
     if config.short_cycle:
         crops = [f * config.crop_size for f in config.short_cycle_factors] + crops
     return sum(_relative_batch(config, num_frames, c) for c in crops) / len(crops)
