@@ -98,3 +98,13 @@ def test_a_video_file_is_opened_once_per_clip_and_the_reader_still_pickles(
     dataset.reader.source(manifest.entries[5])
     copy = pickle.loads(pickle.dumps(dataset.reader))
     assert copy._probed is None and manifest.entries[5].path in copy.metadata
+
+
+def test_in_memory_frames_are_placed_by_timestamp_as_the_file_reader_picks_them(videos: VideoFactory) -> None:
+    path = str(videos.coded("vfr.mp4", num_frames=6, timestamps=[0, 0.1, 0.5, 0.6, 1.5, 1.6]))
+    entry = VideoEntry(path=path, labels=(0,))
+    memory, files = InMemoryReader([entry]), VideoFileReader()
+    for index in range(6):
+        params = ClipParams((index,), 64, 48, 0, 0, 32)
+        assert VideoFactory.frame_index(memory.read(entry, params)[:, 0].numpy()) == index
+        assert VideoFactory.frame_index(files.read(entry, params)[:, 0].numpy()) == index

@@ -24,13 +24,10 @@ import os
 from collections.abc import Iterable
 from typing import Literal, Protocol
 
-import av
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from lightning_multigrid.data.clip_params import ClipParams, ClipSource
-from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
@@ -186,12 +183,6 @@ class InMemoryReader:
 
     def _load(self, path: str) -> tuple[VideoMetadata, torch.Tensor]:
         if path not in self._videos:
-            with VideoReader(path) as video:
-                metadata = video.metadata
-            try:
-                with av.open(path) as container:
-                    rgb = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
-            except (av.FFmpegError, OSError) as error:
-                raise VideoDecodeError(path, f"decoding failed ({describe_error(error)})") from None
-            self._videos[path] = metadata, torch.from_numpy(np.stack(rgb)).permute(0, 3, 1, 2).contiguous()
+            with VideoReader(path) as video:  # frames placed by timestamp, as VideoFileReader picks them
+                self._videos[path] = video.metadata, torch.from_numpy(video.decode_rgb()).permute(0, 3, 1, 2).contiguous()
         return self._videos[path]

@@ -147,6 +147,38 @@ class VideoReader:
             )
         return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
+    def decode_rgb(self) -> np.ndarray:
+        """Every frame :attr:`metadata` lists, full size: uint8 RGB ``(num_frames, height, width, 3)``.
+
+        Frame ``i`` is the one shown at ``metadata.timestamps[i]``, picked as :meth:`read` picks it:
+        a frame the decoder drops yields its predecessor.
+
+        Raises:
+            VideoDecodeError: when decoding fails or stops before the last frame.
+        """
+        timestamps = self.metadata.timestamps
+        frames: list[np.ndarray] = []
+        previous: av.VideoFrame | None = None
+        try:
+            self._container.seek(0)  # whole-file seek: to the very first packet
+            for frame in self._container.decode(self._stream):
+                pts = frame.pts if frame.pts is not None else frame.dts
+                if pts is None:
+                    raise VideoDecodeError(self.path, "a decoded frame has no timestamp")
+                while len(frames) < len(timestamps) and timestamps[len(frames)] < pts:
+                    frames.append((previous if previous is not None else frame).to_ndarray(format="rgb24"))
+                if len(frames) < len(timestamps) and timestamps[len(frames)] == pts:
+                    frames.append(frame.to_ndarray(format="rgb24"))
+                previous = frame
+        except (av.FFmpegError, OSError) as error:
+            raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
+        if len(frames) < len(timestamps):
+            raise VideoDecodeError(
+                self.path,
+                f"decoding stopped after {len(frames)} of its {len(timestamps)} frames: the file is probably truncated",
+            )
+        return np.stack(frames)
+
     def decode_all(self) -> int:
         """Decode every frame (no conversion), to check the file; returns the frame count.
 
