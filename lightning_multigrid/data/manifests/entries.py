@@ -24,6 +24,7 @@ __all__ = [
     "check_manifest_kind",
     "check_root",
     "labels_parse",
+    "num_classes_of",
     "parse_labels",
     "read_class_names",
     "resolve_class_names",
@@ -192,6 +193,13 @@ def resolve_class_names(class_names: str | os.PathLike[str] | Sequence[str] | No
     if not names or len(set(names)) != len(names):
         raise ValueError(f"`class_names` must be unique and non-empty, got {list(names)[:10]!r}.")
     return names
+
+
+def num_classes_of(entries: Sequence[VideoEntry], names: tuple[str, ...] | None) -> int:
+    """Classes of a manifest: its class names, else one more than the largest label (unlabelled videos count none)."""
+    if names is not None:
+        return len(names)
+    return 1 + max((max(e.labels) for e in entries if e.labels), default=0)
 
 
 def split_line(line: str) -> list[tuple[str, str]]:

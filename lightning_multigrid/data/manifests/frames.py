@@ -36,6 +36,7 @@ from lightning_multigrid.data.manifests.entries import (
     VideoEntry,
     check_root,
     labels_parse,
+    num_classes_of,
     parse_labels,
     resolve_class_names,
 )
@@ -87,11 +88,7 @@ def read_frame_manifest(
         unlabelled = [e.path for e in entries if not e.labels]
         if unlabelled:
             raise ManifestError(f"{file}: video {unlabelled[0]} has no label; pass `multi_label=True` for Charades-style lists.")
-    if names is not None:
-        num_classes = len(names)
-    else:
-        num_classes = 1 + max((max(e.labels) for e in entries if e.labels), default=0)
-    return Manifest(tuple(entries), num_classes, is_multi, names, str(file), "frames")
+    return Manifest(tuple(entries), num_classes_of(entries, names), is_multi, names, str(file), "frames")
 
 
 def write_frame_manifest(

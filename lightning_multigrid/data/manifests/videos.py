@@ -35,6 +35,7 @@ from lightning_multigrid.data.manifests.entries import (
     VideoEntry,
     check_root,
     labels_parse,
+    num_classes_of,
     parse_labels,
     resolve_class_names,
     split_line,
@@ -99,7 +100,8 @@ def read_manifest(
         raise ManifestError(
             f"{file}: the manifest lists no videos: write one `path label` line per video."
         )
-    return _make_manifest(entries, names, any_multi if multi_label is None else multi_label, str(file))
+    is_multi = any_multi if multi_label is None else multi_label
+    return Manifest(tuple(entries), num_classes_of(entries, names), is_multi, names, str(file))
 
 
 def read_folder_manifest(
@@ -174,10 +176,3 @@ def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) 
 def _is_header(video: str) -> bool:
     """A first line like ``path label`` has no path to a video where the path should be."""
     return not ("/" in video or "\\" in video or Path(video).suffix.lower() in VIDEO_EXTENSIONS)
-
-
-def _make_manifest(
-    entries: list[VideoEntry], names: tuple[str, ...] | None, multi_label: bool, source: str
-) -> Manifest:
-    num_classes = len(names) if names is not None else 1 + max(max(e.labels) for e in entries)
-    return Manifest(tuple(entries), num_classes, multi_label, names, source)
