@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-__all__ = ["check_bool", "check_int", "check_positive_int"]
+__all__ = ["check_bool", "check_int", "check_positive_int", "check_positive_number", "is_number"]
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Any:
@@ -41,4 +42,20 @@ def check_bool(name: str, value: Any, allow_none: bool = False) -> Any:
     """
     if not (isinstance(value, bool) or (allow_none and value is None)):
         raise ValueError(f"`{name}` must be True or False{' or None' if allow_none else ''}, got {value!r}.")
+    return value
+
+
+def is_number(value: object) -> bool:
+    """An ``int`` or ``float``, not a ``bool``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_positive_number(name: str, value: Any) -> Any:
+    """Return ``value`` if it is a finite number > 0 (not a ``bool``), else raise naming ``name``.
+
+    Raises:
+        ValueError: ``"`name` must be a positive number, got value."``
+    """
+    if not is_number(value) or not value > 0 or math.isinf(value):
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
     return value

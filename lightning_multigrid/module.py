@@ -34,7 +34,7 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePre
 from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_int
+from lightning_multigrid._checks import check_int, check_positive_number
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
@@ -439,9 +439,8 @@ def _backbone(
 def _check_sgd(
     lr: float, gamma: float, momentum: float, weight_decay: float, nesterov: bool, warmup_start_factor: float
 ) -> None:
-    for name, value in (("lr", lr), ("gamma", gamma)):
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+    check_positive_number("lr", lr)
+    check_positive_number("gamma", gamma)
     for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
         if not isinstance(value, (int, float)) or not value >= 0:
             raise ValueError(f"`{name}` must be a number >= 0, got {value!r}.")

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from lightning_multigrid._checks import check_bool, check_positive_int
+from lightning_multigrid._checks import check_bool, check_positive_int, check_positive_number, is_number
 from lightning_multigrid.grid import ClipSampling, GridShape, count_batches
 
 __all__ = [
@@ -204,7 +204,7 @@ class MultigridConfig:
         check_options(**{name: getattr(self, name) for name in MULTIGRID_OPTIONS})
         for name in ("max_epochs", "devices"):
             check_positive_int(name, getattr(self, name))
-        _check_positive_number("gamma", self.gamma)
+        check_positive_number("gamma", self.gamma)
         check_milestones(self.milestones, self.max_epochs)
         sampling = ClipSampling(self.sampling_rate, self.jitter_scales)
         sampling.check_fits(self.crop_size)
@@ -317,12 +317,12 @@ def check_options(
         ("short_run", short_run),
     ):
         check_bool(name, flag)
-    _check_positive_number("epoch_factor", epoch_factor)
+    check_positive_number("epoch_factor", epoch_factor)
     check_positive_int("bn_base_size", bn_base_size)
     check_positive_int("short_run_max_lr_factor", short_run_max_lr_factor)
-    if not _is_number(full_grid_share) or not 0 <= full_grid_share <= 1:
+    if not is_number(full_grid_share) or not 0 <= full_grid_share <= 1:
         raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {full_grid_share!r}.")
-    if not _is_number(short_run_coarse_share) or not 0 <= short_run_coarse_share < 1:
+    if not is_number(short_run_coarse_share) or not 0 <= short_run_coarse_share < 1:
         raise ValueError(f"`short_run_coarse_share` must be a number in [0, 1), got {short_run_coarse_share!r}.")
     if short_run and full_grid_share > 0:
         raise ValueError(
@@ -353,15 +353,6 @@ def check_milestones(milestones: Sequence[Any], max_epochs: int | None = None) -
         previous = milestone
     if max_epochs is not None and milestones and milestones[-1] >= max_epochs:
         raise ValueError(f"`milestones` must be < `max_epochs`={max_epochs}, got {list(milestones)!r}.")
-
-
-def _check_positive_number(name: str, value: Any) -> None:
-    if not _is_number(value) or not value > 0 or math.isinf(value):
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
