@@ -28,7 +28,7 @@ from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.tools.processes import map_in_processes
 
-__all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
+__all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report", "incomplete_decode"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +68,22 @@ def check_video(path: str) -> VideoCheck:
     """Open, probe and decode every frame of one video (no colour conversion)."""
     try:
         with VideoReader(path) as video:
-            decoded = video.decode_all()
-            expected = video.metadata.num_frames
-            if decoded < expected:
-                return VideoCheck(
-                    path, None, f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
-                )
+            shortfall = incomplete_decode(video.decode_all(), video.metadata.num_frames)
+            if shortfall is not None:
+                return VideoCheck(path, None, shortfall)
             return VideoCheck(path, video.metadata)
     except VideoDecodeError as error:
         return VideoCheck(path, None, error.reason)
     except OSError as error:
         return VideoCheck(path, None, unreadable(error))
+
+
+def incomplete_decode(decoded: int, expected: int) -> str | None:
+    """Why a video whose decoding gave ``decoded`` of its ``expected`` frames is bad, or ``None``: the same
+    words in ``check-data`` and ``pack-frames``."""
+    if decoded < expected:
+        return f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
+    return None
 
 
 def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> VideoCheck:
