@@ -205,22 +205,20 @@ def check_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) 
     """
     folder = open_frame_folder(entry, layout)
     for index in range(folder.num_frames):
-        load_checked_frame(folder, index)[1].close()
+        load_checked_frame(folder, index).close()
     return folder
 
 
-def load_checked_frame(folder: FrameFolder, index: int) -> tuple[bytes, Image.Image]:
-    """Frame ``index``'s file bytes and its image decoded in full, checked as :func:`check_frame_folder`
-    checks it (a JPEG of the folder's frame size that decodes to its end); the caller closes the image.
+def load_checked_frame(folder: FrameFolder, index: int) -> Image.Image:
+    """Frame ``index`` decoded in full and checked as :func:`check_frame_folder` checks it (a JPEG of the
+    folder's frame size that decodes to its end); the caller closes it.
 
     Raises:
         VideoDecodeError: naming the frame.
     """
     path = folder.frame_path(index)
     try:
-        with open(path, "rb") as file:
-            data = file.read()
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(path)
         try:
             _check_frame(image, path, folder)
             image.load()
@@ -231,7 +229,7 @@ def load_checked_frame(folder: FrameFolder, index: int) -> tuple[bytes, Image.Im
         raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
     except _IMAGE_ERRORS as error:
         raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
-    return data, image
+    return image
 
 
 def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "choose_level",
     "is_store",
     "read_store_manifest",
+    "store_failures",
 ]
 
 STORE_FORMAT = "lightning-multigrid frame store"
@@ -196,6 +197,11 @@ def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
     )
     names = tuple(header["class_names"]) if header["class_names"] is not None else None
     return Manifest(entries, int(header["num_classes"]), bool(header["multi_label"]), names, str(path), "store")
+
+
+def store_failures(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The videos ``pack-frames`` left out of a store, with the reason: ``[(name, reason), ...]``."""
+    return [(str(f["name"]), str(f["reason"])) for f in _read_header(Path(path))["failures"]]
 
 
 def _read_header(folder: Path) -> dict[str, Any]:

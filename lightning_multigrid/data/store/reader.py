@@ -80,6 +80,27 @@ class PackedFrameReader:
             frames[k] = self._decode(entry, level, frame, jpeg, params)
         return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
+    def check_video(self, entry: VideoEntry) -> StoredVideo:
+        """Decode every frame of a video at every level in full, as ``check-data`` does for frame folders.
+
+        Raises:
+            VideoDecodeError: naming the first frame that does not decode.
+        """
+        index = self._index_of(entry)
+        video = self.store.video(index)
+        frames = list(range(video.num_frames))
+        for level in range(len(self.store.levels)):
+            if self.store.level_short_side[index][level] == 0:
+                continue  # this level holds no frames of the video
+            for frame, jpeg in zip(frames, self.store.frame_bytes(index, level, frames)):
+                try:
+                    with Image.open(io.BytesIO(jpeg)) as image:
+                        image.load()
+                except _IMAGE_ERRORS as error:
+                    name = self.frame_name(entry, level, frame)
+                    raise VideoDecodeError(entry.name, f"frame {name} cannot be decoded ({describe_error(error)})") from None
+        return video
+
     def level_for(self, index: int, params: ClipParams) -> int:
         """The level a clip of video ``index`` is read from: the smallest at least its drawn short side."""
         drawn = min(params.resize_width, params.resize_height)

@@ -218,9 +218,11 @@ def _pack_video(job: _Job) -> _Packed:
 def _pack_frame_folder(job: _Job) -> _Packed:
     folder = open_frame_folder(job.entry, job.layout)
     packed = _start(folder.width, folder.height, job.levels)
+    keeps_size = packed.source_size in packed.level_sizes
     for index in range(folder.num_frames):
-        data, image = load_checked_frame(folder, index)
-        with image:
+        with load_checked_frame(folder, index) as image:
+            # A JPEG already at a level's size is stored as it is: read its bytes (checked just now).
+            data = Path(folder.frame_path(index)).read_bytes() if keeps_size else None
             _add_frame(packed, image, data, job.quality)
     return packed
 
