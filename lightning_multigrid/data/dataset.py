@@ -5,8 +5,8 @@
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
 Both reach their pixels through a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`:
 encoded video files (PyAV), frame datasets (a folder of JPEG frames per video) or a packed frame
-store (:mod:`~lightning_multigrid.data.store`) by default (chosen from the manifest), or one you pass (``reader=``, e.g. an in-memory one); every reader gets the
-same clip parameters from the same seeds.
+store (:mod:`~lightning_multigrid.data.store`) by default (chosen from the manifest), or one you pass
+(``reader=``, e.g. an in-memory one); every reader gets the same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::

@@ -143,11 +143,13 @@ class FrameStore:
         return StoredVideo(int(width), int(height), int(self.num_frames[index]))
 
     def frame_bytes(self, index: int, level: int, frames: list[int]) -> list[memoryview]:
-        """The JPEG bytes of ``frames`` (0-based, of video ``index``) at ``level``: views into the map."""
+        """The JPEG bytes of ``frames`` (0-based, sorted, of video ``index``) at ``level``: views into the map."""
         offsets, data = self._level(level)
-        first = int(self.first_frame[index])
+        first = int(self.first_frame[index]) + frames[0]
+        # One slice of the offsets to Python ints: a clip's frames lie close together.
+        span = offsets[first : first + frames[-1] - frames[0] + 2].tolist()
         view = memoryview(data)
-        return [view[int(offsets[first + f]) : int(offsets[first + f + 1])] for f in frames]
+        return [view[span[f - frames[0]] : span[f - frames[0] + 1]] for f in frames]
 
     def level_name(self, level: int) -> str:
         return f"L{self.levels[level]}"

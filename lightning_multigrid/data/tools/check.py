@@ -32,7 +32,16 @@ from lightning_multigrid.data.store.format import HEADER_FILE, store_failures
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.processes import map_in_processes
 
-__all__ = ["CheckReport", "VideoCheck", "check_frames", "check_stored_video", "check_video", "check_videos", "format_report", "incomplete_decode"]
+__all__ = [
+    "CheckReport",
+    "VideoCheck",
+    "check_frames",
+    "check_stored_video",
+    "check_video",
+    "check_videos",
+    "format_report",
+    "incomplete_decode",
+]
 
 
 @dataclass(frozen=True, slots=True)
