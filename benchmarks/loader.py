@@ -452,22 +452,39 @@ def main(argv: list[str] | None = None) -> None:
                 compare_chunking(source, datasets, grids, args)
                 continue
             reads += read_costs(datasets, grids[-1], source, args)
-            for k, (fmt, decode, dataset, grid) in enumerate(cases):
-                shape = grid.shape
-                row = {
-                    "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
-                    "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
-                    "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
-                    "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
-                }
-                if fmt == "store":
-                    row["levels"] = SIZES[source.name]["store_levels"]
-                    row["levels_used"] = levels_used(dataset, grid, args.videos, number)
-                rows.append(row)
+            rows += rows_of(cases, best, best_cpu, source, number, args)
 
     if args.chunking:
         return
     print_table(rows)
+    print_store_summary(rows, reads)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows + reads, "sizes": SIZES}, indent=1))
+        print(f"wrote {args.json}", file=sys.stderr)
+
+
+def rows_of(
+    cases: list[tuple[str, str, Any, Grid]], best: dict[int, float], best_cpu: dict[int, float], source: Source,
+    seed: int, args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """The JSON rows of one source's cases; a store's rows name its levels and those each grid read."""
+    rows = []
+    for k, (fmt, decode, dataset, grid) in enumerate(cases):
+        shape = grid.shape
+        row = {
+            "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
+            "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
+            "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
+            "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
+        }
+        if fmt == "store":
+            row["levels"] = SIZES[source.name]["store_levels"]
+            row["levels_used"] = levels_used(dataset, grid, args.videos, seed)
+        rows.append(row)
+    return rows
+
+
+def print_store_summary(rows: list[dict[str, Any]], reads: list[dict[str, Any]]) -> None:
     for read in reads:
         ratio = f" (frame files / store: {read['frames_over_store']:.1f}x)" if "frames_over_store" in read else ""
         print(f"{read['source']}, {read['format']}: {read['cpu_us_per_frame']:.1f} CPU-us per frame read{ratio}")
@@ -476,9 +493,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{row['source']}, store decode {row['decode']}, {row['grid']}: levels read {row['levels_used']}")
     for name, sizes in SIZES.items():
         print(f"{name}: bytes on disk {', '.join(f'{k} {v}' for k, v in sizes.items() if k.endswith('bytes'))}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows + reads, "sizes": SIZES}, indent=1))
-        print(f"wrote {args.json}", file=sys.stderr)
 
 
 def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], args: argparse.Namespace) -> None:
