@@ -1,4 +1,4 @@
-"""Clip loading throughput per grid: mp4 (PyAV) and frame datasets (JPEG), CPU and GPU decode.
+"""Clip loading throughput per grid: mp4 (PyAV), frame datasets (JPEG) and the packed frame store, CPU and GPU decode.
 
 Writes H.264 test videos into a temporary directory, extracts them to a frame dataset
 (``extract_frames``, JPEG quality 90, full size), then loads training clips through a DataLoader
@@ -13,7 +13,16 @@ the coarsest/base ratio and frames/mp4 at the base grid.
   decoded at 1/2, 1/4 or 1/8 size where the grid allows);
 - ``frames``, decode ``cuda`` (when CUDA is there): workers read the JPEG bytes, the main
   process decodes each batch with nvjpeg and resizes, crops and flips it on the GPU
-  (``decode_clips``), synchronised before the clock is read.
+  (``decode_clips``), synchronised before the clock is read;
+- ``store``: the same videos packed once (``pack_frames``, straight from the mp4 files) into a
+  frame store whose level 0 is the schedule's largest short side (160 for the 112 crop;
+  ``--store-levels`` adds 1/sqrt(2) levels), read by offset, decoded as ``frames`` is (``cpu``:
+  in the workers; ``cuda``: bytes to the GPU). Its rows name the levels the grid's clips read.
+
+With ``store`` and ``frames`` both asked for, the per-frame read cost (CPU microseconds to read, not
+decode, one sampled frame's JPEG bytes in one process: ``read_encoded_clip`` from files against an
+offset read from the store) is measured too and written as ``"kind": "read"`` rows; the disk size of
+mp4, frame folders and store is printed and written under ``"sizes"``.
 
 A row runs until ``--seconds`` have passed and ``3 * --workers`` batches have come after the first
 ``--workers`` batches (worker start-up and the first prefetch are not timed); every row is measured
@@ -27,6 +36,7 @@ Run::
     python benchmarks/loader.py --kinetics --json out.json  # + 340x256, 10 s, 30 fps, GOP 250 and 12
     python benchmarks/loader.py --pytorchvideo            # + pytorchvideo's PyAV path, base and coarsest
     python benchmarks/loader.py --chunking --formats mp4  # whole batches vs worker chunks (ChunkedDataLoader)
+    python benchmarks/loader.py --formats mp4,frames,store --json out.json   # + the packed frame store
 
 ``--chunking`` times, instead, short epochs of the coarse grids from a fresh loader (worker start-up
 included, as at the start of every epoch): the first batch's wait and the epoch's clips/s, with a
@@ -55,13 +65,16 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_multigrid.data.clip_params import ClipRequest
+from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
+from lightning_multigrid.data.decoding.frames import open_frame_folder, read_encoded_clip
 from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import write_video
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
@@ -254,7 +267,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kinetics", action="store_true",
                         help="add Kinetics-like sources: 340x256, 10 s at 30 fps, GOP 250 and GOP 12")
     parser.add_argument("--small", default="320x240", help="the small source's size, 5 s at 30 fps ('' for none)")
-    parser.add_argument("--formats", default="mp4,frames", help="mp4, frames or both (mp4,frames)")
+    parser.add_argument("--formats", default="mp4,frames", help="comma-separated: mp4, frames, store (mp4,frames)")
+    parser.add_argument("--store-levels", type=int, default=1, help="store: levels, level 0 and 1/sqrt(2) steps (1)")
+    parser.add_argument("--read-frames", type=int, default=4096, help="frames read per per-frame read cost (4096)")
     parser.add_argument("--decode", default=None, help="frame decode: cpu, cuda or both (default: cpu, and cuda when available)")
     parser.add_argument("--grids", default=None, help="only these grids, comma-separated: base, coarsest, long (default: all)")
     parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
@@ -265,9 +280,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def selected_grids(wanted: str | None) -> list[Grid]:
     """The benchmark schedule's grids, only those named in ``--grids`` when given."""
-    schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), sampling_rate=4, max_epochs=100, milestones=(50, 80))
-    )
+    schedule = build_schedule(MultigridConfig(base=BASE, sampling_rate=4, max_epochs=100, milestones=(50, 80)))
     grids = schedule_grids(schedule)
     if wanted:
         names = wanted.split(",")
@@ -295,11 +308,13 @@ def source_datasets(
     if args.pytorchvideo:
         paths = [e.path for e in load_manifest(manifest).entries]
         datasets.append(("mp4 pytorchvideo", "cpu", PyTorchVideoClips(paths, source.fps)))
+    mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
+    SIZES[source.name] = {"mp4_bytes": mp4_bytes}
     if "frames" in formats:
         started = time.perf_counter()
         report = extract_frames(load_manifest(manifest), frames_dir, workers=args.workers, progress=False)
-        mp4_bytes = sum(p.stat().st_size for p in manifest.parent.glob("*.mp4"))
         jpeg_bytes = sum(p.stat().st_size for p in report.manifest.parent.rglob("*.jpg"))
+        SIZES[source.name]["frames_bytes"] = jpeg_bytes
         print(
             f"{source.name}: extracted frames in {time.perf_counter() - started:.1f} s; frames take "
             f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
@@ -308,7 +323,79 @@ def source_datasets(
         for decode in decodes:
             frame_decode = "workers" if decode == "cpu" else "device"
             datasets.append(("frames", decode, TrainVideoDataset(report.manifest, frame_decode=frame_decode)))
+    if "store" in formats:
+        started = time.perf_counter()
+        packed = pack_frames(
+            load_manifest(manifest), frames_dir.with_name(frames_dir.name + ".store"), crop_size=BASE.crop_size,
+            levels=args.store_levels, workers=args.workers, progress=False,
+        )
+        store_bytes = sum(p.stat().st_size for p in packed.store.iterdir())
+        SIZES[source.name]["store_bytes"] = store_bytes
+        SIZES[source.name]["store_levels"] = [f"L{side}" for side in packed.levels]
+        print(
+            f"{source.name}: packed the store ({', '.join(SIZES[source.name]['store_levels'])}) in "
+            f"{time.perf_counter() - started:.1f} s; it takes {store_bytes / 2**20:.1f} MiB ({store_bytes / mp4_bytes:.1f}x the mp4)",
+            file=sys.stderr,
+        )
+        for decode in decodes:
+            frame_decode = "workers" if decode == "cpu" else "device"
+            datasets.append(("store", decode, TrainVideoDataset(packed.store, frame_decode=frame_decode)))
     return datasets
+
+
+# The benchmark schedule's base grid (its level 0: the largest short side its grids draw).
+BASE = GridShape(8, 16, 112)
+SIZES: dict[str, dict[str, Any]] = {}  # source -> bytes on disk per format
+
+
+def levels_used(dataset: Any, grid: Grid, num_videos: int, seed: int, count: int = 256) -> dict[str, int]:
+    """Which store levels the clips of one grid read: ``{"L160": n, ...}`` over ``count`` of its requests."""
+    reader = dataset.reader
+    used: dict[str, int] = {}
+    batches = requests_for(grid, num_videos, seed)
+    requests = itertools.islice(itertools.chain.from_iterable(batches), count)
+    for r in requests:
+        entry = dataset.manifest.entries[r.index]
+        level = reader.level_for(r.index, sample_clip_params(r, reader.source(entry)))
+        name = reader.store.level_name(level)
+        used[name] = used.get(name, 0) + 1
+    return dict(sorted(used.items()))
+
+
+def read_costs(datasets: list[tuple[str, str, Any]], grid: Grid, source: Source, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """CPU microseconds to read (not decode) one sampled frame's JPEG bytes, frame files against the store.
+
+    In this process, at one grid's clip parameters, the same requests for both: ``read_encoded_clip`` (open,
+    read, header parse, end marker per frame) against ``PackedFrameReader`` with ``frame_decode="device"``
+    (an offset slice of the map per frame).
+    """
+    frame_sets = {fmt: d for fmt, decode, d in datasets if fmt in ("frames", "store") and decode == "cpu"}
+    if len(frame_sets) < 2:
+        return []
+    frames_set, store_set = frame_sets["frames"], frame_sets["store"]
+    folders = [open_frame_folder(e) for e in frames_set.manifest.entries]
+    store_reader = PackedFrameReader(store_set.reader.store, frame_decode="device")
+    requests = list(itertools.islice(itertools.chain.from_iterable(requests_for(grid, args.videos, 7)),
+                                     max(1, args.read_frames // grid.shape.num_frames)))
+    params = [sample_clip_params(r, folders[r.index]) for r in requests]
+    rows = []
+    for fmt in ("frames", "store"):
+        best = math.inf
+        for _ in range(args.repeat):
+            frames = 0
+            start = time.process_time()
+            for r, p in zip(requests, params):
+                if fmt == "frames":
+                    clip = read_encoded_clip(folders[r.index], p)
+                else:
+                    clip = store_reader.read(store_set.manifest.entries[r.index], p)  # type: ignore[assignment]
+                frames += len(clip.jpegs)
+            best = min(best, (time.process_time() - start) / frames * 1e6)
+        rows.append({"kind": "read", "source": source.name, "format": fmt, "grid": grid.name,
+                     "cpu_us_per_frame": round(best, 2), "frames_read": frames})
+        print(f"  {source.name} {fmt}: {best:.1f} CPU-us to read one frame's bytes", file=sys.stderr)
+    rows[1]["frames_over_store"] = round(rows[0]["cpu_us_per_frame"] / rows[1]["cpu_us_per_frame"], 2)
+    return rows
 
 
 def measure_cases(
@@ -347,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
         file=sys.stderr,
     )
     rows: list[dict[str, Any]] = []
+    reads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for number, source in enumerate(sources):
             started = time.perf_counter()
@@ -363,21 +451,48 @@ def main(argv: list[str] | None = None) -> None:
             if args.chunking:
                 compare_chunking(source, datasets, grids, args)
                 continue
-            for k, (fmt, decode, _dataset, grid) in enumerate(cases):
-                shape = grid.shape
-                rows.append({
-                    "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
-                    "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
-                    "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
-                    "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
-                })
+            reads += read_costs(datasets, grids[-1], source, args)
+            rows += rows_of(cases, best, best_cpu, source, number, args)
 
     if args.chunking:
         return
     print_table(rows)
+    print_store_summary(rows, reads)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows + reads, "sizes": SIZES}, indent=1))
         print(f"wrote {args.json}", file=sys.stderr)
+
+
+def rows_of(
+    cases: list[tuple[str, str, Any, Grid]], best: dict[int, float], best_cpu: dict[int, float], source: Source,
+    seed: int, args: argparse.Namespace,
+) -> list[dict[str, Any]]:
+    """The JSON rows of one source's cases; a store's rows name its levels and those each grid read."""
+    rows = []
+    for k, (fmt, decode, dataset, grid) in enumerate(cases):
+        shape = grid.shape
+        row = {
+            "source": source.name, "format": fmt.split()[0], "decode": decode, "grid": grid.name,
+            "frames": shape.num_frames, "crop": shape.crop_size, "clips_per_s": round(best[k], 2),
+            "batch_size": shape.batch_size, "loader": "pytorchvideo" if "pytorchvideo" in fmt else "ours",
+            "clips_per_cpu_s": round(best_cpu[k], 2) if k in best_cpu else None,
+        }
+        if fmt == "store":
+            row["levels"] = SIZES[source.name]["store_levels"]
+            row["levels_used"] = levels_used(dataset, grid, args.videos, seed)
+        rows.append(row)
+    return rows
+
+
+def print_store_summary(rows: list[dict[str, Any]], reads: list[dict[str, Any]]) -> None:
+    for read in reads:
+        ratio = f" (frame files / store: {read['frames_over_store']:.1f}x)" if "frames_over_store" in read else ""
+        print(f"{read['source']}, {read['format']}: {read['cpu_us_per_frame']:.1f} CPU-us per frame read{ratio}")
+    for row in rows:
+        if row["format"] == "store":
+            print(f"{row['source']}, store decode {row['decode']}, {row['grid']}: levels read {row['levels_used']}")
+    for name, sizes in SIZES.items():
+        print(f"{name}: bytes on disk {', '.join(f'{k} {v}' for k, v in sizes.items() if k.endswith('bytes'))}")
 
 
 def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], args: argparse.Namespace) -> None:
@@ -428,8 +543,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 label = fmt + (" (pytorchvideo)" if loader == "pytorchvideo" else "")
                 print(f"{source}, {label}, decode {decode}: coarsest/base {coarsest / base:.2f}x ({unit})")
             mp4 = keyed.get((source, "mp4", "cpu", "ours", "base"))
-            if fmt == "frames" and base and mp4:
-                print(f"{source}, frames decode {decode} / mp4 at the base grid: {base / mp4:.2f}x ({unit})")
+            if fmt in ("frames", "store") and base and mp4:
+                print(f"{source}, {fmt} decode {decode} / mp4 at the base grid: {base / mp4:.2f}x ({unit})")
+            frames = keyed.get((source, "frames", decode, loader, "base"))
+            if fmt == "store" and base and frames:
+                print(f"{source}, store / frames decode {decode} at the base grid: {base / frames:.2f}x ({unit})")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ Sources of frames, each timed for both runs (``--source``, comma-separated):
   starts); workers decode only the sampled frames, at reduced size where the grid allows.
 - ``frames-gpu``: the same frames; workers read the JPEG bytes, the GPU decodes (nvjpeg),
   resizes, crops and flips each batch (``frame_decode="device"``).
+- ``store``: the videos packed once (``pack_frames``, before the clock starts) into a frame store whose
+  level 0 is the largest short side the grids draw; workers read each sampled frame by offset and
+  decode it as ``frames`` does. ``store-gpu``: the same store, decoded on the GPU.
 - ``memory``: every video is decoded once, before the clock starts; workers draw the same clips
   (the same `sample_clip_params`) and resize and crop them from RAM. This is the regime of a
   loader that keeps up: decoding is out of the timed loop, so it shows what the model consumes.
@@ -25,6 +28,7 @@ set beside ``benchmarks/loader.py``'s loading capacity at the same grid.
 
     python benchmarks/train.py                        # mp4 and memory; about 8 minutes on 2 CPU cores
     python benchmarks/train.py --source memory        # the loader-keeps-up figure only
+    python benchmarks/train.py --source memory,frames,store   # the store beside frames held in RAM
     python benchmarks/train.py --epochs 8 --milestones 6 --num-train 80   # a quick look
     # GPU, Kinetics-like synthetic videos (340x256, 10 s at 30 fps), r3d_18 and the tiny CNN:
     python benchmarks/train.py --accelerator gpu --precision bf16-mixed --workers 14 --kinetics-like \
@@ -54,6 +58,7 @@ from lightning_multigrid.data.decoding.readers import InMemoryReader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.module import VideoClassifier
 
 
@@ -61,7 +66,8 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--source", default="auto",
-        help="comma-separated: mp4, frames, frames-gpu, memory (auto: mp4,memory on CPU, mp4,frames,frames-gpu on GPU)",
+        help="comma-separated: mp4, frames, frames-gpu, store, store-gpu, memory (auto: mp4,memory on CPU, "
+        "mp4,frames,frames-gpu on GPU)",
     )
     parser.add_argument("--epochs", type=int, default=40, help="baseline epochs")
     parser.add_argument("--milestones", type=int, nargs="*", default=[30, 36], help="baseline LR milestones")
@@ -205,7 +211,7 @@ def device_name(args: argparse.Namespace) -> str:
     return f"CPU ({cpu}, {torch.get_num_threads()} threads, {args.workers} workers)"
 
 
-SOURCES = ("mp4", "frames", "frames-gpu", "memory")
+SOURCES = ("mp4", "frames", "frames-gpu", "store", "store-gpu", "memory")
 
 
 def check_sources(args: argparse.Namespace, on_gpu: bool) -> list[str]:
@@ -217,16 +223,20 @@ def check_sources(args: argparse.Namespace, on_gpu: bool) -> list[str]:
     unknown = [s for s in sources if s not in SOURCES]
     if unknown:
         raise SystemExit(f"--source: unknown {unknown}; choose from {', '.join(SOURCES)}")
-    if "frames-gpu" in sources and not on_gpu:
-        raise SystemExit("--source frames-gpu needs CUDA and --accelerator gpu (or auto)")
+    for gpu_source in ("frames-gpu", "store-gpu"):
+        if gpu_source in sources and not on_gpu:
+            raise SystemExit(f"--source {gpu_source} needs CUDA and --accelerator gpu (or auto)")
     return sources
 
 
-def prepare_data(args: argparse.Namespace, data_dir: Path, sources: list[str]) -> tuple[str, tuple[Path, ...] | None]:
-    """Write the synthetic videos unless ``data_dir`` has them, and extract frames when a source reads them.
+def prepare_data(
+    args: argparse.Namespace, data_dir: Path, sources: list[str]
+) -> tuple[str, tuple[Path, ...] | None, tuple[Path, ...] | None]:
+    """Write the synthetic videos unless ``data_dir`` has them; extract frames and pack stores when a source reads them.
 
     Returns:
-        The data's description for the report, and the frame datasets' train and val manifests (or ``None``).
+        The data's description for the report, the frame datasets' train and val manifests, and the
+        train and val stores (each ``None`` when no source reads them).
     """
     width, height = (340, 256) if args.kinetics_like else map(int, args.video_size.split("x"))
     video_frames, fps = (300, 30.0) if args.kinetics_like else (args.video_frames, args.fps)
@@ -250,7 +260,17 @@ def prepare_data(args: argparse.Namespace, data_dir: Path, sources: list[str]) -
             for split in ("train", "val")
         )
         print(f"extracted frames in {time.perf_counter() - started:.0f} s (not timed below)", flush=True)
-    return data, frame_manifests
+    stores = None
+    if any(s.startswith("store") for s in sources):
+        started = time.perf_counter()
+        # Level 0 from the DataModule's own jitter rule for this crop (pack_frames -> store_levels).
+        stores = tuple(
+            pack_frames(load_manifest(data_dir / f"{split}.csv"), data_dir / f"{split}-crop{args.crop_size}.store",
+                        crop_size=args.crop_size, progress=False).store
+            for split in ("train", "val")
+        )
+        print(f"packed the stores in {time.perf_counter() - started:.0f} s (not timed below)", flush=True)
+    return data, frame_manifests, stores
 
 
 def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, dict[str, Any]]], data: str) -> None:
@@ -270,6 +290,11 @@ def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[
             f"{baseline['iterations'] / multigrid['iterations']:.2f}x fewer iterations; "
             f"top-1 {multigrid['top1'] - baseline['top1']:+.3f}"
         )
+    speedups = {key: pair["baseline"]["seconds"] / pair["multigrid"]["seconds"] for key, pair in results.items()}
+    for (backbone, source), speedup in speedups.items():
+        memory = speedups.get((backbone, "memory"))
+        if memory and source != "memory":
+            print(f"{backbone} {source}: speed-up {speedup / memory:.2f} of the memory source's (loader out of the loop)")
     print("\nclips/s reached per grid (frames x crop) in the multigrid runs:")
     for (backbone, source), pair in results.items():
         rates = ", ".join(f"{t}x{c}: {r:.0f}" for (t, c), r in pair["multigrid"]["grid_rates"].items())
@@ -284,14 +309,14 @@ def main() -> None:
     results: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data or Path(scratch) / "synthetic"
-        data, frame_manifests = prepare_data(args, data_dir, sources)
+        data, frame_manifests, stores = prepare_data(args, data_dir, sources)
         for backbone, source in itertools.product(backbones, sources):
             dataset = None
             if source == "memory":
                 manifest = load_manifest(data_dir / "train.csv", root=data_dir)
                 dataset = TrainVideoDataset(manifest, flip=False, reader=InMemoryReader(manifest.entries))
-            manifests = frame_manifests if source.startswith("frames") else None
-            decode = "device" if source == "frames-gpu" else "workers"
+            manifests = frame_manifests if source.startswith("frames") else stores if source.startswith("store") else None
+            decode = "device" if source.endswith("-gpu") else "workers"
             results[backbone, source] = {
                 name: run(args, data_dir, multigrid, dataset, backbone, manifests, decode)  # type: ignore[arg-type]
                 for name, multigrid in (("baseline", False), ("multigrid", True))

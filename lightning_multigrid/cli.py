@@ -3,7 +3,8 @@
 ``fit``, ``validate`` and ``test`` are handed, untouched, to the LightningCLI in
 :mod:`lightning_multigrid.trainer_cli`. The rest are this module's: ``schedule`` previews a
 schedule, ``check-data`` decodes every video of a manifest, ``extract-frames`` writes frame
-folders, ``compare`` trains a config as the baseline and with multigrid, ``make-synthetic`` writes
+folders, ``pack-frames`` a packed frame store, ``compare`` trains a config as the baseline and with
+multigrid, ``make-synthetic`` writes
 the demo dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
 handler; settings errors print one line and exit with status 2.
 """
@@ -207,6 +208,70 @@ def _run_extract_frames(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _add_pack_frames_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "manifest",
+        help="frame manifest (what extract-frames writes) or video manifest (each video decoded once with PyAV)",
+    )
+    parser.add_argument("store", help="the store folder to write (created; an older store there is replaced)")
+    parser.add_argument(
+        "--crop-size", type=int, default=112,
+        help="the base crop you train at (112): level 0 is the largest short side its grids draw (160 for 112)",
+    )
+    parser.add_argument(
+        "--jitter-scales", type=int, nargs=2, metavar=("MIN", "MAX"),
+        help="training short side range at the base crop, as the DataModule's `jitter_scales` (default: "
+        "(256, 320) x crop / 224); level 0 is MAX",
+    )
+    parser.add_argument(
+        "--levels", type=int, default=1,
+        help="stored resolution levels: level 0 and smaller ones at 1/sqrt(2) steps, read where a clip draws a "
+        "smaller short side (1)",
+    )
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 of resized frames (90)")
+    parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
+    parser.add_argument("--class-names", help="class-names file, for labels written as names")
+    _add_manifest_kind_argument(parser)
+    parser.add_argument(
+        "--filename-tmpl", metavar="TEMPLATE", help="frame manifests: the frames' file names (default: detected per folder)"
+    )
+    parser.add_argument(
+        "--allow-frame-gaps", action="store_true", help="frame manifests: accept folders whose frame numbers skip"
+    )
+    parser.add_argument("--workers", type=int, default=None, help="packing processes (default: CPU count)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _run_pack_frames(args: argparse.Namespace) -> None:
+    from lightning_multigrid.data.decoding.frame_names import FrameLayout
+    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.tools.pack import pack_frames
+
+    layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
+    _check_workers(args.workers)
+    manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
+    report = pack_frames(
+        manifest,
+        args.store,
+        crop_size=args.crop_size,
+        jitter_scales=tuple(args.jitter_scales) if args.jitter_scales else None,
+        levels=args.levels,
+        quality=args.quality,
+        layout=layout,
+        workers=args.workers,
+        progress=not args.no_progress,
+    )
+    for failure in report.failures:
+        print(f"FAILED {failure.path}: {failure.error}")
+    levels = ", ".join(f"L{side} {size / 2**20:.1f} MiB" for side, size in zip(report.levels, report.level_bytes))
+    print(
+        f"{report.videos} videos ({report.frames} frames) packed into {report.store} ({levels}); "
+        f"{len(report.failures)} failed and left out (listed in the store: check-data on it reports them)"
+    )
+    if report.failures:
+        raise SystemExit(1)
+
+
 def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("directory", help="output directory (created)")
     parser.add_argument("--num-train", type=int, default=240, help="training videos (240)")
@@ -221,10 +286,21 @@ def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
+    parser.add_argument(
+        "--store-crop-size", type=int, default=None, metavar="CROP",
+        help="also pack train.store and val.store (pack-frames) for this base crop, to train from a frame store",
+    )
 
 
 def _run_make_synthetic(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+    from lightning_multigrid.data.tools.pack import pack_frames, store_levels
+
+    if args.store_crop_size is not None:
+        store_levels(args.store_crop_size)  # refused before any video is written
 
     data = generate_synthetic_dataset(
         args.directory,
@@ -245,6 +321,14 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
         f"  {data.train_manifest}\n  {data.val_manifest}\n  {data.class_names_file}\n"
         "horizontal flips swap its left/right classes: train with flipping off"
     )
+    if args.store_crop_size is not None:
+        for split, manifest in (("train", data.train_manifest), ("val", data.val_manifest)):
+            store = Path(args.directory) / f"{split}.store"
+            report = pack_frames(
+                load_manifest(manifest, class_names=data.class_names_file), store, crop_size=args.store_crop_size,
+                workers=args.workers, progress=False,
+            )
+            print(f"  {report.store} (frame store for crop {args.store_crop_size}, level 0 L{report.levels[0]})")
 
 
 def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -324,6 +408,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callab
         "turn a video manifest into a frame dataset (JPEG folders and a manifest), resumable",
         _add_extract_frames_arguments,
         _run_extract_frames,
+    ),
+    "pack-frames": (
+        "pack a frame or video manifest into a frame store (one file of JPEG bytes per level, read by offset)",
+        _add_pack_frames_arguments,
+        _run_pack_frames,
     ),
     "compare": (
         "train a config as the baseline and with multigrid; print time, iterations and top-1 side by side",

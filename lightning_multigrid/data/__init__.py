@@ -3,7 +3,8 @@
 ``manifests/`` reads which videos a dataset holds; ``clip_params`` draws what to cut from each;
 ``decoding/`` turns that into pixels (PyAV for video files; a folder of JPEG frames decoded at
 reduced size in the workers or batched on the GPU; RAM), each behind the ``ClipReader`` door the
-datasets use; ``tools/`` holds ``extract-frames`` and ``check-data``. Every reader gives the same
+datasets use; ``store/`` the packed frame store and its reader; ``tools/`` holds ``extract-frames``,
+``pack-frames`` and ``check-data``. Every reader gives the same
 clips from the same seeds. Everything here but ``datamodule`` works in a plain PyTorch loop (no
 Lightning import).
 """
@@ -22,8 +23,10 @@ from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, 
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
+from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "MetadataCache",
+    "PackedFrameReader",
     "SyntheticDataset",
     "TrainVideoDataset",
     "VideoDecodeError",
@@ -57,6 +61,7 @@ __all__ = [
     "generate_synthetic_dataset",
     "load_manifest",
     "open_frame_folder",
+    "pack_frames",
     "probe_video",
     "read_class_names",
     "read_clip",

@@ -3,7 +3,8 @@
 ``check_drop_last``: with ``drop_last=True`` an epoch whose grids take more clips per batch than a
 device has trains no step, and Lightning ends the run there (a multigrid run announcing thousands
 of steps returns after 0). ``check_eval_labels``: a validation label the training classes lack
-would fail at the first validation batch, with no file or line named. ``check_synthetic_arguments``:
+would fail at the first validation batch, with no file or line named. ``check_store_fits``: a packed
+frame store made for smaller grids than the run draws. ``check_synthetic_arguments``:
 the built-in synthetic dataset's arguments, which exclude the manifests; ``existing_manifest``: a manifest a
 stage needs, given and found.
 """
@@ -15,10 +16,13 @@ from pathlib import Path
 from typing import Protocol
 
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
+from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import check_texture_cell
 from lightning_multigrid.grid import GridPlan, count_batches
 
-__all__ = ["check_drop_last", "check_eval_labels", "check_synthetic_arguments", "existing_manifest"]
+__all__ = [
+    "check_drop_last", "check_eval_labels", "check_store_fits", "check_synthetic_arguments", "existing_manifest",
+]
 
 
 class _HasManifest(Protocol):
@@ -70,6 +74,30 @@ def check_eval_labels(train: _HasManifest, evaluation: _HasManifest | None, argu
                 f"classes (0-{num_classes - 1}, from {train.manifest.source}): fix the label, or give both "
                 "manifests the same `class_names`."
             )
+
+
+def check_store_fits(reader: object, argument: str, short_side: int, what: str) -> None:
+    """Refuse a packed frame store whose level 0 is smaller than the short sides a split draws.
+
+    Args:
+        reader: the split's dataset's reader (anything but a store reader passes).
+        argument: the DataModule argument that named the store, for the message.
+        short_side: the largest short side the split draws, pixels.
+        what: where ``short_side`` comes from, in words.
+
+    Raises:
+        ValueError: naming both sizes and the fix.
+    """
+    if not isinstance(reader, PackedFrameReader):
+        return
+    store = reader.store
+    if store.levels[0] < short_side:
+        raise ValueError(
+            f"`{argument}` {store.path} is a frame store packed with level 0 at a short side of {store.levels[0]} px, "
+            f"but this run draws short sides up to {short_side} px ({what}): every frame would be upscaled. Pack it "
+            f"again for this run (`lightning-multigrid pack-frames <manifest> {store.path} --crop-size <crop_size>`, "
+            "with `--jitter-scales` as the DataModule's), or train at a crop whose short sides fit the store."
+        )
 
 
 def check_synthetic_arguments(

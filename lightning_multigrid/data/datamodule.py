@@ -23,6 +23,7 @@ from lightning_multigrid._internals import iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_eval_labels,
+    check_store_fits,
     check_synthetic_arguments,
     existing_manifest,
 )
@@ -59,7 +60,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     and float, normalised ``"video"`` after :meth:`on_after_batch_transfer`.
 
     Args:
-        train_manifest: training manifest file (or a folder with one sub-folder per class).
+        train_manifest: training manifest file (or a folder with one sub-folder per class, or a packed
+            frame store's folder from ``lightning-multigrid pack-frames``; refused when its level 0 is
+            smaller than the ``jitter_scales`` maximum).
         val_manifest: validation manifest; no validation without one.
         test_manifest: test manifest; default the validation manifest.
         root_dir: directory the manifests' video paths are relative to; default each manifest's
@@ -297,6 +300,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                     allow_frame_gaps=self.allow_frame_gaps,
                     manifest_kind=self.manifest_kind,
                 )
+            largest = self.clip_sampling.scales_for_base(self.base_shape.crop_size)[1]
+            check_store_fits(self._train_dataset.reader, "train_manifest", largest, "the `jitter_scales` maximum")
             if self.val_manifest is not None and self._val_dataset is None:
                 self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
             check_eval_labels(self._train_dataset, self._val_dataset, "val_manifest")
@@ -394,7 +399,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     def _eval_dataset(self, argument: str, path: str | None) -> EvalVideoDataset:
         base, sampling = self.base_shape, self.clip_sampling
-        return EvalVideoDataset(
+        dataset = EvalVideoDataset(
             existing_manifest(argument, path),
             num_frames=base.num_frames,
             crop_size=base.crop_size,
@@ -412,6 +417,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             allow_frame_gaps=self.allow_frame_gaps,
             manifest_kind=self.manifest_kind,
         )
+        check_store_fits(dataset.reader, argument, dataset.short_side, "the evaluation short side")
+        return dataset
 
     def _check_batches_left(self, plan: GridPlan) -> None:
         """With ``drop_last``, refuse a plan with an epoch of 0 batches (it would end the run there)."""

@@ -4,9 +4,9 @@
 (the batch sampler decides the grid and the seed; the dataset only decodes), and
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
 Both reach their pixels through a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`:
-encoded video files (PyAV) or frame datasets, a folder of JPEG frames per video, by default (chosen
-from the manifest), or one you pass (``reader=``, e.g. an in-memory one); every reader gets the
-same clip parameters from the same seeds.
+encoded video files (PyAV), frame datasets (a folder of JPEG frames per video) or a packed frame
+store (:mod:`~lightning_multigrid.data.store`) by default (chosen from the manifest), or one you pass
+(``reader=``, e.g. an in-memory one); every reader gets the same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
@@ -60,6 +60,7 @@ from lightning_multigrid.data.decoding.video import Interpolation
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
+from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.grid import EvalViews, default_jitter_scales
 from lightning_multigrid.models.pathways import slowfast_pathways
 
@@ -91,7 +92,7 @@ class _VideoDataset:
         layout = FrameLayout(filename_tmpl, allow_frame_gaps)
         self.manifest = load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind)
         layout.check_applies(self.manifest.format, self.manifest.source)
-        if frame_decode == "device" and self.manifest.format != "frames":
+        if frame_decode == "device" and self.manifest.format == "video":
             raise ValueError(
                 f"`frame_decode='device'` needs a frame dataset, but {self.manifest.source} lists video files: "
                 "convert it with `lightning-multigrid extract-frames`, or decode in the workers."
@@ -104,8 +105,7 @@ class _VideoDataset:
         self.slowfast_alpha = slowfast_alpha
         self.max_replacements = max_replacements
         if reader is None:
-            is_frames = self.manifest.format == "frames"
-            reader = FrameFolderReader(layout, frame_decode) if is_frames else VideoFileReader(metadata_file, interpolation)
+            reader = _default_reader(self.manifest, layout, frame_decode, metadata_file, interpolation)
         # Per process: each DataLoader worker gets (and fills) its own copy of the reader's caches.
         self.reader = reader
         self._failed: dict[int, str] = {}
@@ -179,12 +179,25 @@ class _VideoDataset:
         return {"video": clip, "label": self.target(index), "index": index, "skipped": skipped}
 
 
+def _default_reader(
+    manifest: Manifest, layout: FrameLayout, frame_decode: FrameDecode, metadata_file: str | os.PathLike[str] | None,
+    interpolation: Interpolation,
+) -> ClipReader:
+    """The reader a manifest's format asks for: video files, frame folders or a packed frame store."""
+    if manifest.format == "store":
+        return PackedFrameReader(manifest.source, frame_decode)
+    if manifest.format == "frames":
+        return FrameFolderReader(layout, frame_decode)
+    return VideoFileReader(metadata_file, interpolation)
+
+
 class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
     """Training clips decoded straight to the grid of each :class:`ClipRequest`.
 
     Args:
         manifest: a manifest file (``path label`` lines), a folder with one sub-folder per
-            class, or a :class:`~lightning_multigrid.data.manifests.videos.Manifest`.
+            class, a packed frame store's folder (``lightning-multigrid pack-frames``), or a
+            :class:`~lightning_multigrid.data.manifests.videos.Manifest`.
         root: directory the manifest's paths are relative to (default: the manifest's).
         class_names: class-names file or names, for labels written as names.
         flip: random horizontal flips; turn off when labels depend on direction.

@@ -44,6 +44,8 @@ __all__ = [
     "FrameFolder",
     "FrameLayout",
     "check_frame_folder",
+    "decode_crop",
+    "load_checked_frame",
     "open_frame_folder",
     "read_clip",
     "read_encoded_clip",
@@ -203,16 +205,31 @@ def check_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) 
     """
     folder = open_frame_folder(entry, layout)
     for index in range(folder.num_frames):
-        path = folder.frame_path(index)
-        try:
-            with Image.open(path) as image:
-                _check_frame(image, path, folder)
-                image.load()
-        except FileNotFoundError:
-            raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
-        except _IMAGE_ERRORS as error:
-            raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
+        load_checked_frame(folder, index).close()
     return folder
+
+
+def load_checked_frame(folder: FrameFolder, index: int) -> Image.Image:
+    """Frame ``index`` decoded in full and checked as :func:`check_frame_folder` checks it (a JPEG of the
+    folder's frame size that decodes to its end); the caller closes it.
+
+    Raises:
+        VideoDecodeError: naming the frame.
+    """
+    path = folder.frame_path(index)
+    try:
+        image = Image.open(path)
+        try:
+            _check_frame(image, path, folder)
+            image.load()
+        except BaseException:
+            image.close()
+            raise
+    except FileNotFoundError:
+        raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
+    except _IMAGE_ERRORS as error:
+        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
+    return image
 
 
 def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:
@@ -223,21 +240,31 @@ def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:
         raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
 
 
+def decode_crop(image: Image.Image, params: ClipParams) -> np.ndarray:
+    """The crop of ``params`` from an opened JPEG of any size: decoded at reduced size where it can be,
+    then only the crop box resized (bilinear). Returns uint8 ``(crop_size, crop_size, 3)``, RGB.
+
+    The box is in the resized frame's pixels and scaled by the decoded image's own size, so a frame
+    stored smaller than its source (a level of the packed store) gives the same crop.
+    """
+    # libjpeg picks the largest of 1/1, 1/2, 1/4, 1/8 that keeps the image at least the
+    # resize target, so the final resize only ever shrinks.
+    image.draft("RGB", (params.resize_width, params.resize_height))
+    scale_x = image.width / params.resize_width
+    scale_y = image.height / params.resize_height
+    x, y, crop = params.crop_x, params.crop_y, params.crop_size
+    box = (x * scale_x, y * scale_y, (x + crop) * scale_x, (y + crop) * scale_y)
+    # Resizing only the crop box gives the pixels of resize-then-crop, without the rest.
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+
+
 def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.ndarray:
     path = folder.frame_path(index)
     try:
         with Image.open(path) as image:
             _check_frame(image, path, folder)
-            # libjpeg picks the largest of 1/1, 1/2, 1/4, 1/8 that keeps the image at least the
-            # resize target, so the final resize only ever shrinks.
-            image.draft("RGB", (params.resize_width, params.resize_height))
-            scale_x = image.width / params.resize_width
-            scale_y = image.height / params.resize_height
-            x, y, crop = params.crop_x, params.crop_y, params.crop_size
-            box = (x * scale_x, y * scale_y, (x + crop) * scale_x, (y + crop) * scale_y)
-            # Resizing only the crop box gives the pixels of resize-then-crop, without the rest.
-            rgb = image if image.mode == "RGB" else image.convert("RGB")
-            return np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+            return decode_crop(image, params)
     except VideoDecodeError:
         raise
     except FileNotFoundError:

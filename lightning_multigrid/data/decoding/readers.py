@@ -11,7 +11,9 @@ as ``reader=``:
 - :class:`FrameFolderReader`: folders of JPEG frames, decoded in the workers or read as JPEG bytes
   for decoding on the device (``frame_decode="device"``);
 - :class:`InMemoryReader`: videos decoded once into RAM (the benchmarks take decoding out of the
-  timed loop with it).
+  timed loop with it);
+- :class:`~lightning_multigrid.data.store.reader.PackedFrameReader`: a packed frame store
+  (``pack-frames``), read by offset from memory maps, decoded in the workers or on the device.
 
 Readers raise :class:`~lightning_multigrid.data.decoding.errors.VideoDecodeError` (or ``OSError``)
 for a bad video; the dataset skips it. Their caches are per process: each DataLoader worker fills

@@ -95,8 +95,9 @@ class Manifest:
         multi_label: whether videos may have several labels (targets are multi-hot).
         class_names: names of classes ``0 .. num_classes-1``, when known.
         source: the manifest file or class-folder root it was read from.
-        format: ``"video"`` (one encoded file per entry) or ``"frames"`` (a folder of JPEG
-            frames per entry, see :mod:`lightning_multigrid.data.manifests.frames`).
+        format: ``"video"`` (one encoded file per entry), ``"frames"`` (a folder of JPEG
+            frames per entry, see :mod:`lightning_multigrid.data.manifests.frames`) or ``"store"``
+            (a packed frame store, :mod:`lightning_multigrid.data.store.format`; ``source`` is its folder).
     """
 
     entries: tuple[VideoEntry, ...]
@@ -104,7 +105,7 @@ class Manifest:
     multi_label: bool = False
     class_names: tuple[str, ...] | None = None
     source: str = ""
-    format: Literal["video", "frames"] = "video"
+    format: Literal["video", "frames", "store"] = "video"
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -17,6 +17,7 @@ from lightning_multigrid.data.manifests.entries import (
 )
 from lightning_multigrid.data.manifests.frames import FRAME_CSV_HEADER, read_frame_manifest, split_fields
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest
+from lightning_multigrid.data.store.format import is_store, read_store_manifest
 
 __all__ = ["detect_manifest_kind", "is_frame_manifest", "load_manifest"]
 
@@ -27,14 +28,16 @@ def load_manifest(
     class_names: str | os.PathLike[str] | Sequence[str] | None = None,
     kind: ManifestKind = "auto",
 ) -> Manifest:
-    """A manifest from a manifest file, a folder of class folders, or an already read one.
+    """A manifest from a manifest file, a folder of class folders, a packed frame store, or an already read one.
 
     A file whose paths are folders (``folder label [num_frames]``) or that is PySlowFast's
     frame-list CSV is read as a frame dataset
     (:func:`~lightning_multigrid.data.manifests.frames.read_frame_manifest`).
 
     Args:
-        source: the manifest file, a folder per class, or a :class:`Manifest`.
+        source: the manifest file, a folder per class, a packed frame store's folder
+            (``lightning-multigrid pack-frames``; read with
+            :func:`~lightning_multigrid.data.store.format.read_store_manifest`), or a :class:`Manifest`.
         root: directory the manifest's paths are relative to; default its directory.
         class_names: a class-names file or the names, for labels given as names.
         kind: ``"video"`` (``path label`` lines of video files), ``"frames"`` (a frame dataset), or
@@ -52,6 +55,13 @@ def load_manifest(
         if root is not None or class_names is not None:
             raise ValueError("`root` and `class_names` apply to a manifest file, not to a `Manifest` object.")
         return source
+    if is_store(source):
+        if root is not None or class_names is not None:
+            raise ValueError(
+                f"{source} is a packed frame store: it holds its labels and class names; do not pass `root` or "
+                "`class_names`."
+            )
+        return read_store_manifest(source)
     if Path(source).is_dir():
         if root is not None or class_names is not None:
             raise ValueError(

@@ -3,7 +3,8 @@
 Training skips bad videos (and reports them) rather than dying; this finds them all up front, in
 parallel, and summarises the dataset (durations, frame rates, resolutions). Frame datasets (a
 folder of JPEG frames per video) get every frame decoded: missing folders and frames, empty
-folders, damaged and non-JPEG frames are reported by path.
+folders, damaged and non-JPEG frames are reported by path. A packed frame store reports the videos
+``pack-frames`` left out and decodes every packed frame again.
 
 Example::
 
@@ -15,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,9 +28,20 @@ from lightning_multigrid.data.decoding.frames import check_frame_folder
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
+from lightning_multigrid.data.store.format import HEADER_FILE, store_failures
+from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.processes import map_in_processes
 
-__all__ = ["CheckReport", "VideoCheck", "check_frames", "check_video", "check_videos", "format_report"]
+__all__ = [
+    "CheckReport",
+    "VideoCheck",
+    "check_frames",
+    "check_stored_video",
+    "check_video",
+    "check_videos",
+    "format_report",
+    "incomplete_decode",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +81,22 @@ def check_video(path: str) -> VideoCheck:
     """Open, probe and decode every frame of one video (no colour conversion)."""
     try:
         with VideoReader(path) as video:
-            decoded = video.decode_all()
-            expected = video.metadata.num_frames
-            if decoded < expected:
-                return VideoCheck(
-                    path, None, f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
-                )
+            shortfall = incomplete_decode(video.decode_all(), video.metadata.num_frames)
+            if shortfall is not None:
+                return VideoCheck(path, None, shortfall)
             return VideoCheck(path, video.metadata)
     except VideoDecodeError as error:
         return VideoCheck(path, None, error.reason)
     except OSError as error:
         return VideoCheck(path, None, unreadable(error))
+
+
+def incomplete_decode(decoded: int, expected: int) -> str | None:
+    """Why a video whose decoding gave ``decoded`` of its ``expected`` frames is bad, or ``None``: the same
+    words in ``check-data`` and ``pack-frames``."""
+    if decoded < expected:
+        return f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
+    return None
 
 
 def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> VideoCheck:
@@ -93,6 +111,23 @@ def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> Vid
         return VideoCheck(entry.name, None, error.reason)
     except OSError as error:
         return VideoCheck(entry.name, None, unreadable(error))
+
+
+def check_stored_video(entry: VideoEntry, store: str) -> VideoCheck:
+    """Decode every frame of one video of a packed frame store (every level), as :func:`check_frames` does."""
+    try:
+        video = _store_reader(store, os.stat(os.path.join(store, HEADER_FILE)).st_mtime_ns).check_video(entry)
+    except VideoDecodeError as error:
+        return VideoCheck(entry.name, None, error.reason)
+    except OSError as error:
+        return VideoCheck(entry.name, None, unreadable(error))
+    return VideoCheck(entry.name, None, folder=FrameFolder(entry.path, video.width, video.height, video.num_frames))
+
+
+@functools.cache
+def _store_reader(store: str, modified: int) -> PackedFrameReader:
+    """One opened store per process (and per packing of it: ``modified`` is its header's time)."""
+    return PackedFrameReader(store)
 
 
 def check_videos(
@@ -121,14 +156,20 @@ def check_videos(
     layout.check_applies("frames" if is_frames else "video", manifest.source if isinstance(manifest, Manifest) else "the list")
     items: list[Any]
     check: Callable[[Any], VideoCheck]
-    if isinstance(manifest, Manifest) and is_frames:
+    packed: list[VideoCheck] = []
+    if isinstance(manifest, Manifest) and manifest.format == "store":
+        # The videos pack-frames left out (it decoded every frame once), then every packed frame decoded again.
+        packed = [VideoCheck(name, None, reason) for name, reason in store_failures(manifest.source)]
+        items = list(manifest.entries)
+        check = functools.partial(check_stored_video, store=manifest.source)
+    elif isinstance(manifest, Manifest) and is_frames:
         items = list(manifest.entries)
         check = functools.partial(check_frames, layout=layout)
     else:
         items = [e.path for e in manifest.entries] if isinstance(manifest, Manifest) else [str(p) for p in manifest]
         check = check_video
     bar = tqdm(total=len(items), unit="video", desc="check-data", disable=not progress, file=sys.stderr)
-    results: list[VideoCheck] = []
+    results: list[VideoCheck] = packed
     with bar:
         for result in map_in_processes(check, items, workers, chunksize=None):
             results.append(result)

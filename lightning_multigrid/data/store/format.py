@@ -1,0 +1,227 @@
+"""The packed frame store on disk: its files, its index, and reading them back.
+
+A store is a folder written by ``lightning-multigrid pack-frames``
+(:func:`~lightning_multigrid.data.tools.pack.pack_frames`)::
+
+    train.store/
+      store.json                     header: levels, files, class names, videos' names and labels,
+                                     the videos left out when packing (and why); written last
+      videos-<token>.npz             per video: first frame id, frame count, source size, size per level
+      L160-<token>.bin               every frame's JPEG bytes at level 0, video after video
+      L160-<token>.offsets.npy       int64 byte offsets into it, one per frame plus the end
+      L113-<token>.bin, ...          the same per extra level (optional)
+
+``store.json`` is the commit point: it is renamed into place after every file it names, and those
+carry a token new to each packing run, so an interrupted run (or one that is re-packing over an
+older store) never leaves a header naming half-written files; a folder with no ``store.json`` is
+refused as incomplete. Level ``k`` holds each video resized to short side ``levels[k]``, never
+upscaled: a video smaller than a level keeps its own size there, and a level that would repeat the
+size of the level above holds no bytes for that video (its size is recorded as 0 x 0).
+
+Reading is by offset into memory maps (no file opened per frame, no header parsed): the offsets
+are ``np.load(mmap_mode="r")`` and the bytes an ``mmap``, opened once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry
+
+__all__ = [
+    "HEADER_FILE",
+    "PACKING_MARKER",
+    "STORE_FORMAT",
+    "FrameStore",
+    "StoredVideo",
+    "choose_level",
+    "is_store",
+    "read_store_manifest",
+    "store_failures",
+]
+
+STORE_FORMAT = "lightning-multigrid frame store"
+STORE_VERSION = 1
+HEADER_FILE = "store.json"
+PACKING_MARKER = ".packing"  # present while pack-frames writes into the folder
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVideo:
+    """A video of the store as clip sampling sees it (a ``ClipSource``): the size of the frames it was
+    packed from, so clip parameters are the ones a frame-folder or video reader draws from the same seed.
+
+    Attributes:
+        width: source frame width in pixels.
+        height: source frame height in pixels.
+        num_frames: frames in the video.
+    """
+
+    width: int
+    height: int
+    num_frames: int
+
+
+def is_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a store folder: complete, or left incomplete by an interrupted ``pack-frames``."""
+    folder = Path(path)
+    return folder.is_dir() and ((folder / HEADER_FILE).is_file() or (folder / PACKING_MARKER).exists())
+
+
+def choose_level(short_sides: np.ndarray | list[int], drawn_short_side: int) -> int:
+    """The smallest stored level whose short side is at least ``drawn_short_side``; level 0 when none is.
+
+    Args:
+        short_sides: one video's short side per level, largest first; 0 where the level holds no
+            frames of it.
+        drawn_short_side: the clip's short side after its resize, pixels.
+    """
+    chosen = 0
+    for level, side in enumerate(short_sides):
+        if side >= drawn_short_side:
+            chosen = level
+    return chosen
+
+
+class FrameStore:
+    """An opened store: its header and per-video arrays at once, its frame bytes mapped on first read.
+
+    Pickles without its maps (DataLoader workers reopen them), so one per reader travels to every
+    worker cheaply.
+
+    Args:
+        path: the store folder.
+
+    Raises:
+        ManifestError: when the folder holds no complete store (naming the fix), or its files do
+            not match its header.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        self.header = _read_header(Path(path))
+        arrays = np.load(Path(path) / self.header["videos_file"])
+        self.first_frame: np.ndarray = arrays["first_frame"]  # int64 (videos,)
+        self.num_frames: np.ndarray = arrays["num_frames"]  # int64 (videos,)
+        self.source_size: np.ndarray = arrays["source_size"]  # int32 (videos, 2): width, height
+        self.level_size: np.ndarray = arrays["level_size"]  # int32 (videos, levels, 2); 0 x 0: absent
+        self.level_short_side: np.ndarray = self.level_size.min(axis=2)  # (videos, levels)
+        self.levels: tuple[int, ...] = tuple(int(s) for s in self.header["levels"])
+        self._index = {name: i for i, name in enumerate(self.header["names"])}
+        self._maps: list[tuple[np.ndarray, mmap.mmap]] | None = None
+        self._check_files()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_maps"] = None  # a map does not travel to a worker: it reopens its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def num_videos(self) -> int:
+        return len(self.first_frame)
+
+    def video_index(self, name: str) -> int:
+        """The position of a video (:attr:`VideoEntry.name`) in the store.
+
+        Raises:
+            KeyError: when the store does not hold it.
+        """
+        return self._index[name]
+
+    def video(self, index: int) -> StoredVideo:
+        width, height = self.source_size[index]
+        return StoredVideo(int(width), int(height), int(self.num_frames[index]))
+
+    def frame_bytes(self, index: int, level: int, frames: list[int]) -> list[memoryview]:
+        """The JPEG bytes of ``frames`` (0-based, sorted, of video ``index``) at ``level``: views into the map."""
+        offsets, data = self._level(level)
+        first = int(self.first_frame[index]) + frames[0]
+        # One slice of the offsets to Python ints: a clip's frames lie close together.
+        span = offsets[first : first + frames[-1] - frames[0] + 2].tolist()
+        view = memoryview(data)
+        return [view[span[f - frames[0]] : span[f - frames[0] + 1]] for f in frames]
+
+    def level_name(self, level: int) -> str:
+        return f"L{self.levels[level]}"
+
+    def _level(self, level: int) -> tuple[np.ndarray, mmap.mmap]:
+        if self._maps is None:
+            self._maps = [self._open_level(k) for k in range(len(self.levels))]
+        return self._maps[level]
+
+    def _open_level(self, level: int) -> tuple[np.ndarray, mmap.mmap]:
+        entry = self.header["files"][level]
+        offsets = np.load(Path(self.path) / entry["offsets"], mmap_mode="r")
+        with open(Path(self.path) / entry["frames"], "rb") as file:
+            # An empty file cannot be mapped; a level of no bytes is never read.
+            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if entry["bytes"] else mmap.mmap(-1, 1)
+        return offsets, data
+
+    def _check_files(self) -> None:
+        """The files the header names exist with the recorded sizes: a store damaged or mixed after packing is
+        refused here, not halfway through an epoch."""
+        total = int(self.header["total_frames"])
+        for entry in self.header["files"]:
+            frames, offsets = Path(self.path) / entry["frames"], Path(self.path) / entry["offsets"]
+            if not frames.is_file() or frames.stat().st_size != entry["bytes"]:
+                raise ManifestError(
+                    f"{self.path}: {frames.name} is missing or not the size its header records ({entry['bytes']} bytes): "
+                    "the store was changed after packing; pack it again with `lightning-multigrid pack-frames`."
+                )
+            if not offsets.is_file() or np.load(offsets, mmap_mode="r").shape != (total + 1,):
+                raise ManifestError(
+                    f"{self.path}: {offsets.name} is missing or does not hold {total + 1} offsets: pack the store again."
+                )
+
+
+def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """The videos of a store as a :class:`Manifest` with ``format="store"`` (``source`` is the store folder).
+
+    Raises:
+        ManifestError: as :class:`FrameStore`.
+    """
+    header = _read_header(Path(path))
+    entries = tuple(
+        VideoEntry(entry_path, tuple(labels), int(count), video_id=video_id)
+        for entry_path, video_id, labels, count in zip(
+            header["paths"], header["video_ids"], header["labels"], header["frame_counts"]
+        )
+    )
+    names = tuple(header["class_names"]) if header["class_names"] is not None else None
+    return Manifest(entries, int(header["num_classes"]), bool(header["multi_label"]), names, str(path), "store")
+
+
+def store_failures(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The videos ``pack-frames`` left out of a store, with the reason: ``[(name, reason), ...]``."""
+    return [(str(f["name"]), str(f["reason"])) for f in _read_header(Path(path))["failures"]]
+
+
+def _read_header(folder: Path) -> dict[str, Any]:
+    header_file = folder / HEADER_FILE
+    if not header_file.is_file():
+        raise ManifestError(
+            f"{folder} is an incomplete frame store (no {HEADER_FILE}: `pack-frames` was interrupted or is still "
+            "running): run `lightning-multigrid pack-frames` again; it rebuilds the store."
+        )
+    try:
+        header = json.loads(header_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ManifestError(f"{header_file}: not a readable store header ({error}); pack the store again.") from None
+    if not isinstance(header, dict) or header.get("format") != STORE_FORMAT:
+        raise ManifestError(f"{header_file}: not a {STORE_FORMAT} header.")
+    if header.get("version") != STORE_VERSION:
+        raise ManifestError(
+            f"{header_file}: store version {header.get('version')!r}, this version of lightning-multigrid reads "
+            f"{STORE_VERSION}: pack the store again."
+        )
+    return header

@@ -1,0 +1,399 @@
+"""Write a packed frame store: ``lightning-multigrid pack-frames``.
+
+From a frame manifest (what ``extract-frames`` writes) or straight from a video manifest (each video
+decoded once with PyAV), every frame is decoded in full once, here, and checked as ``check-data``
+checks it: a video with a frame that does not decode (or a folder that is missing, empty, short of
+frames or mixes sizes; a video file that is not one or decodes short) is a bad video, named with
+``check-data``'s words, recorded in the store's header and left out. The good videos' frames are
+resized to each level's short side (never up: a smaller source keeps its size, and its bytes when
+they are JPEG already) and appended, video after video, to one file per level
+(:mod:`~lightning_multigrid.data.store.format`).
+
+Level 0 is the largest short side the grids draw, the maximum of the jitter scales
+(:meth:`~lightning_multigrid.grid.ClipSampling.scales_for_base`: 160 for a 112 crop, 320 for 224):
+anything larger would be decoded and thrown away at every grid. Extra levels at 1/sqrt(2) steps below
+it are optional (``levels``); on CPU they were measured to add little (docs/data.md).
+
+Safe to interrupt and re-run: the files are written under names new to the run, renamed when
+complete, and the header that makes the folder a store is renamed into place last; a re-run
+rebuilds the store (an older complete store keeps loading until the new one replaces it). The
+videos are read and encoded in a process pool that never outlives the command
+(:mod:`~lightning_multigrid.data.tools.processes`).
+
+Example::
+
+    report = pack_frames(load_manifest("frames/train.txt"), "train.store", crop_size=112)
+    report.levels        # (160,)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import secrets
+import sys
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from PIL import Image
+
+from lightning_multigrid._checks import check_int
+from lightning_multigrid.data.clip_params import resized_size
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, unreadable
+from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
+from lightning_multigrid.data.decoding.frames import load_checked_frame, open_frame_folder
+from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
+from lightning_multigrid.data.store.format import HEADER_FILE, PACKING_MARKER, STORE_FORMAT, STORE_VERSION, is_store
+from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
+from lightning_multigrid.data.tools.processes import map_in_processes
+from lightning_multigrid.grid import ClipSampling
+
+__all__ = ["PackReport", "pack_frames", "store_levels"]
+
+
+@dataclass(frozen=True, slots=True)
+class PackReport:
+    """What :func:`pack_frames` wrote.
+
+    Attributes:
+        store: the store folder.
+        videos: videos packed.
+        frames: frames packed (per level).
+        levels: each level's short side in pixels, level 0 first.
+        level_bytes: bytes of each level's frame file.
+        failures: the videos left out, with the reason (as ``check-data`` reports them).
+    """
+
+    store: Path
+    videos: int
+    frames: int
+    levels: tuple[int, ...]
+    level_bytes: tuple[int, ...]
+    failures: tuple[VideoCheck, ...]
+
+
+def store_levels(crop_size: int, jitter_scales: tuple[int, int] | None = None, levels: int = 1) -> tuple[int, ...]:
+    """Short sides of a store's levels for a base crop: the jitter maximum, then 1/sqrt(2) steps below it.
+
+    Raises:
+        ValueError: when ``levels`` < 1, the crop does not fit the jitter scales, or a level would
+            fall below 1 pixel or repeat the one above.
+    """
+    check_int("levels", levels, 1)
+    sampling = ClipSampling(jitter_scales=jitter_scales)
+    sampling.check_fits(crop_size)
+    top = sampling.scales_for_base(crop_size)[1]
+    sides = tuple(round(top / math.sqrt(2) ** k) for k in range(levels))
+    if len(set(sides)) != len(sides) or sides[-1] < 1:
+        raise ValueError(f"`levels`={levels} below a level 0 of {top} px gives levels {list(sides)}: use fewer levels.")
+    return sides
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    entry: VideoEntry
+    kind: str  # "frames" or "video"
+    levels: tuple[int, ...]
+    quality: int
+    layout: FrameLayout
+
+
+@dataclass(slots=True)
+class _Packed:
+    """One video's frames at every level (or why it is bad)."""
+
+    source_size: tuple[int, int] = (0, 0)
+    level_sizes: list[tuple[int, int]] = field(default_factory=list)
+    frames: list[list[bytes]] = field(default_factory=list)  # [level][frame]
+    error: str | None = None
+
+
+def pack_frames(
+    manifest: Manifest,
+    output: str | os.PathLike[str],
+    crop_size: int = 112,
+    jitter_scales: tuple[int, int] | None = None,
+    levels: int = 1,
+    quality: int = 90,
+    layout: FrameLayout = DEFAULT_LAYOUT,
+    workers: int | None = None,
+    progress: bool = True,
+) -> PackReport:
+    """Pack every video of a frame or video manifest into a store at ``output``.
+
+    Args:
+        manifest: a frame manifest or a video manifest.
+        output: the store folder (created; an older store there is replaced when this one is complete).
+        crop_size: the base crop the store is for; with ``jitter_scales`` it sets level 0
+            (:func:`store_levels`).
+        jitter_scales: ``(min, max)`` training short side at the base crop, as the DataModule's;
+            default ``(256, 320) * crop_size / 224``.
+        levels: stored levels: level 0 and ``levels - 1`` more at 1/sqrt(2) steps (default 1).
+        quality: JPEG quality 1-100 of resized frames (frames already at their level keep their bytes).
+        layout: frame manifests: which files are frames (as the datasets' ``filename_tmpl``,
+            ``allow_frame_gaps``).
+        workers: processes; default the CPU count, ``0`` or ``1`` packs in this process.
+        progress: show a tqdm progress bar on stderr.
+
+    Raises:
+        ValueError: before any frame is read: on out-of-range options, an output that is a file or a
+            folder holding something other than a store; after reading, when no video could be packed.
+    """
+    sides = store_levels(crop_size, jitter_scales, levels)
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
+        raise ValueError(f"`quality` must be an integer in [1, 100], got {quality!r}.")
+    if workers is not None:
+        check_int("workers", workers, 0)
+    if manifest.format not in ("frames", "video"):
+        raise ValueError(f"{manifest.source} is already a frame store: `pack-frames` reads frame or video manifests.")
+    layout.check_applies(manifest.format, manifest.source)
+    out = Path(output)
+    _check_output(out, manifest)
+    jobs = [_Job(entry, manifest.format, sides, quality, layout) for entry in manifest.entries]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
+    _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
+    writer = _StoreWriter(out, sides)
+    try:
+        for job, packed in _packed_videos(jobs, workers, progress):
+            writer.add(job.entry, packed)
+        if not writer.entries:
+            first = writer.failures[0] if writer.failures else None
+            raise ValueError(
+                f"No video of {manifest.source} could be packed"
+                + (f", e.g. {first.path}: {first.error}" if first else "")
+                + ". Run `lightning-multigrid check-data` on it to list the bad files."
+            )
+        writer.commit(manifest, crop_size, jitter_scales, quality)
+    finally:
+        writer.close()
+        # This run's unfinished files; the marker stays until a store is complete, so a folder that
+        # never got one is refused as incomplete rather than read as something else.
+        _remove(out, lambda name: name.endswith(".partial") and writer.token in name)
+    return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), tuple(writer.failures))
+
+
+def _check_output(out: Path, manifest: Manifest) -> None:
+    """Refuse, before any work, an output that would clobber something that is not a store."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"The store {out} would replace a file: pass a folder name (it is created).")
+    if out.is_dir() and not is_store(out) and any(out.iterdir()):
+        raise ValueError(
+            f"The store folder {out} exists and holds files that are not a frame store: pass a new or empty folder."
+        )
+    source = Path(manifest.source)
+    if source.is_dir() and (out.resolve() == source.resolve() or source.resolve() in out.resolve().parents):
+        raise ValueError(
+            f"The store {out} would lie inside the folder-per-class input {source} (and be read as a class): "
+            "pass a folder outside it."
+        )
+
+
+def _packed_videos(jobs: list[_Job], workers: int | None, progress: bool) -> Iterator[tuple[_Job, _Packed]]:
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(jobs), unit="video", desc="pack-frames", disable=not progress, file=sys.stderr)
+    with bar:
+        for job, packed in zip(jobs, map_in_processes(_pack_video, jobs, workers)):
+            bar.update()
+            yield job, packed
+
+
+def _pack_video(job: _Job) -> _Packed:
+    """One video's frames at every level, each frame decoded and checked once; a bad video's reason."""
+    try:
+        return _pack_frame_folder(job) if job.kind == "frames" else _pack_video_file(job)
+    except VideoDecodeError as error:
+        return _Packed(error=error.reason)
+    except OSError as error:  # a permission error, a file gone meanwhile: as training and check-data
+        return _Packed(error=unreadable(error))
+
+
+def _pack_frame_folder(job: _Job) -> _Packed:
+    folder = open_frame_folder(job.entry, job.layout)
+    packed = _start(folder.width, folder.height, job.levels)
+    keeps_size = packed.source_size in packed.level_sizes
+    for index in range(folder.num_frames):
+        with load_checked_frame(folder, index) as image:
+            # A JPEG already at a level's size is stored as it is: read its bytes (checked just now).
+            data = Path(folder.frame_path(index)).read_bytes() if keeps_size else None
+            _add_frame(packed, image, data, job.quality)
+    return packed
+
+
+def _pack_video_file(job: _Job) -> _Packed:
+    import av
+
+    from lightning_multigrid.data.decoding.video import VideoReader
+
+    path = job.entry.path
+    with VideoReader(path) as video:  # names missing, empty, non-video files as check-data does
+        metadata = video.metadata
+    packed = _start(metadata.width, metadata.height, job.levels)
+    decoded = 0
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"  # whole-file decode: frame threads pay off here
+            for frame in container.decode(stream):
+                _add_frame(packed, frame.to_image(), None, job.quality)
+                decoded += 1
+    except (av.FFmpegError, OSError) as error:
+        raise VideoDecodeError(path, f"decoding failed ({describe_error(error)})") from None
+    shortfall = incomplete_decode(decoded, metadata.num_frames)
+    if shortfall is not None:
+        raise VideoDecodeError(path, shortfall)
+    return packed
+
+
+def _start(width: int, height: int, levels: tuple[int, ...]) -> _Packed:
+    """Each level's frame size for a source of ``width x height``: never upscaled; 0 x 0 where a level
+    would repeat the size of the level above (it then holds no bytes of this video)."""
+    sizes: list[tuple[int, int]] = []
+    for side in levels:
+        size = (width, height) if min(width, height) <= side else resized_size(width, height, side)
+        sizes.append((0, 0) if size in sizes else size)
+    return _Packed((width, height), sizes, [[] for _ in levels])
+
+
+def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, quality: int) -> None:
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    for size, frames in zip(packed.level_sizes, packed.frames):
+        if size == (0, 0):
+            continue
+        if size == packed.source_size and data is not None:
+            frames.append(data)  # a JPEG already at this level's size: its bytes, untouched
+            continue
+        resized = rgb if size == rgb.size else rgb.resize(size, Image.Resampling.BICUBIC)
+        buffer = io.BytesIO()
+        resized.save(buffer, format="JPEG", quality=quality)
+        frames.append(buffer.getvalue())
+
+
+class _StoreWriter:
+    """Appends packed videos to the level files under this run's token; :meth:`commit` makes them a store."""
+
+    def __init__(self, out: Path, levels: tuple[int, ...]) -> None:
+        self.out = out
+        self.levels = levels
+        self.token = secrets.token_hex(4)
+        self.names = [f"L{side}-{self.token}" for side in levels]
+        self.files: list[IO[bytes]] = []
+        for name in self.names:
+            self.files.append(open(out / f"{name}.bin.partial", "wb"))  # noqa: SIM115 -- closed in close()
+        self.offsets = [array("q", [0]) for _ in levels]
+        self.entries: list[VideoEntry] = []
+        self.failures: list[VideoCheck] = []
+        self.first_frame: list[int] = []
+        self.source_sizes: list[tuple[int, int]] = []
+        self.level_sizes: list[list[tuple[int, int]]] = []
+        self.total_frames = 0
+
+    def add(self, entry: VideoEntry, packed: _Packed) -> None:
+        if packed.error is not None:
+            self.failures.append(VideoCheck(entry.name, None, packed.error))
+            return
+        count = max(len(frames) for frames in packed.frames)
+        for file, offsets, frames in zip(self.files, self.offsets, packed.frames):
+            end = offsets[-1]
+            for k in range(count):
+                if frames:  # a level absent for this video keeps its offsets flat
+                    file.write(frames[k])
+                    end += len(frames[k])
+                offsets.append(end)
+        self.entries.append(VideoEntry(entry.path, entry.labels, count, video_id=entry.video_id))
+        self.first_frame.append(self.total_frames)
+        self.source_sizes.append(packed.source_size)
+        self.level_sizes.append(packed.level_sizes)
+        self.total_frames += count
+
+    def level_bytes(self) -> tuple[int, ...]:
+        return tuple(int(offsets[-1]) for offsets in self.offsets)
+
+    def commit(self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int) -> None:
+        """Finish every file, rename it into place, then the header; remove what older runs left."""
+        renames: list[tuple[Path, Path]] = []
+        for file, name, offsets in zip(self.files, self.names, self.offsets):
+            _finish(file)
+            renames.append((self.out / f"{name}.bin.partial", self.out / f"{name}.bin"))
+            with open(self.out / f"{name}.offsets.npy.partial", "wb") as handle:
+                np.save(handle, np.frombuffer(offsets, dtype=np.int64))
+                _finish(handle)
+            renames.append((self.out / f"{name}.offsets.npy.partial", self.out / f"{name}.offsets.npy"))
+        videos_file = f"videos-{self.token}.npz"
+        with open(self.out / f"{videos_file}.partial", "wb") as handle:
+            np.savez(
+                handle,
+                first_frame=np.asarray(self.first_frame, dtype=np.int64),
+                num_frames=np.asarray([e.num_frames for e in self.entries], dtype=np.int64),
+                source_size=np.asarray(self.source_sizes, dtype=np.int32).reshape(-1, 2),
+                level_size=np.asarray(self.level_sizes, dtype=np.int32).reshape(-1, len(self.levels), 2),
+            )
+            _finish(handle)
+        renames.append((self.out / f"{videos_file}.partial", self.out / videos_file))
+        for partial, final in renames:
+            os.replace(partial, final)
+        header = self._header(manifest, crop_size, jitter_scales, quality, videos_file)
+        with open(self.out / f"{HEADER_FILE}.partial", "w", encoding="utf-8") as text:
+            json.dump(header, text)
+            _finish(text)
+        os.replace(self.out / f"{HEADER_FILE}.partial", self.out / HEADER_FILE)  # the commit point
+        kept = {final.name for _, final in renames} | {HEADER_FILE}
+        _remove(self.out, lambda name: name not in kept and _is_store_file(name))
+        (self.out / PACKING_MARKER).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for file in self.files:
+            file.close()
+
+    def _header(
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, videos_file: str
+    ) -> dict[str, Any]:
+        return {
+            "format": STORE_FORMAT,
+            "version": STORE_VERSION,
+            "token": self.token,
+            "levels": list(self.levels),
+            "files": [
+                {"frames": f"{name}.bin", "offsets": f"{name}.offsets.npy", "bytes": int(offsets[-1])}
+                for name, offsets in zip(self.names, self.offsets)
+            ],
+            "videos_file": videos_file,
+            "total_frames": self.total_frames,
+            "names": [e.name for e in self.entries],
+            "paths": [e.path for e in self.entries],
+            "video_ids": [e.video_id for e in self.entries],
+            "labels": [list(e.labels) for e in self.entries],
+            "frame_counts": [e.num_frames for e in self.entries],
+            "num_classes": manifest.num_classes,
+            "multi_label": manifest.multi_label,
+            "class_names": list(manifest.class_names) if manifest.class_names is not None else None,
+            "failures": [{"name": f.path, "reason": f.error} for f in self.failures],
+            "packed_from": {"source": manifest.source, "format": manifest.format},
+            "packed_for": {"crop_size": crop_size, "jitter_scales": list(jitter_scales) if jitter_scales else None},
+            "quality": quality,
+        }
+
+
+def _finish(file: IO[Any]) -> None:
+    """Flush to disk: the renames that follow must never publish a file whose bytes are still in flight."""
+    file.flush()
+    os.fsync(file.fileno())
+
+
+def _is_store_file(name: str) -> bool:
+    return name.endswith((".bin", ".offsets.npy", ".npz", ".partial")) and (
+        name.startswith(("L", "videos-", HEADER_FILE))
+    )
+
+
+def _remove(out: Path, wanted: Callable[[str], bool]) -> None:
+    for path in out.iterdir():
+        if path.is_file() and wanted(path.name):
+            path.unlink()
