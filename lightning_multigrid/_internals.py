@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
     import pytorch_lightning as pl
 
 __all__ = [
-    "drop_train_loader", "iterations_done_in_epoch", "layer_sync_of", "sequential_lr_parts", "setting_owner",
+    "drop_train_loader", "is_logging_step", "iterations_done_in_epoch", "layer_sync_of", "logger_step",
+    "sequential_lr_parts", "setting_owner",
 ]
 
 
@@ -30,6 +31,23 @@ def drop_train_loader(trainer: pl.Trainer) -> None:
     ``reload_dataloaders_every_n_epochs`` only counts from the epoch that loader was built in.
     """
     trainer.fit_loop._combined_loader = None
+
+
+def is_logging_step(trainer: pl.Trainer) -> bool:
+    """Whether Lightning writes this training step's logged values to the loggers.
+
+    Lightning's own decision (``log_every_n_steps``, the last step before a stop, never with
+    ``log_every_n_steps=0``), which its ``LearningRateMonitor`` reads the same way; plus
+    ``fast_dev_run``, where it writes every step. Valid from ``on_train_batch_start`` to
+    ``on_train_batch_end`` of the step; the same on every rank.
+    """
+    return bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
+
+
+def logger_step(trainer: pl.Trainer) -> int:
+    """The step Lightning gives the loggers for this training step (optimizer steps so far, as
+    ``LearningRateMonitor`` writes it; not ``global_step``, which counts every optimizer's steps)."""
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
 def layer_sync_of(strategy: Any) -> Any:
