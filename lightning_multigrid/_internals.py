@@ -10,8 +10,10 @@ fails if torch stops reading it (batches would no longer be cut into chunks).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
 if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
@@ -19,7 +21,7 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
 
 __all__ = [
     "drop_train_loader", "is_logging_step", "iterations_done_in_epoch", "layer_sync_of", "logger_step",
-    "sequential_lr_parts", "setting_owner",
+    "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
 ]
 
 
@@ -96,3 +98,31 @@ def setting_owner(trainer: pl.Trainer, name: str) -> Any:
     if name == "max_steps":
         return trainer.fit_loop.epoch_loop
     return trainer
+
+
+def mark_dynamic_dims(tensor: torch.Tensor, dims: Iterable[int]) -> None:
+    """Tell ``torch.compile`` that ``tensor``'s sizes along ``dims`` vary between calls.
+
+    ``torch._dynamo.maybe_mark_dynamic``: compile one graph for every size instead of one per
+    size; unlike ``mark_dynamic`` it does not raise where the model's code fixes a size (a
+    fixed-size pooling), which then simply compiles once more.
+    """
+    import torch._dynamo
+
+    for dim in dims:
+        torch._dynamo.maybe_mark_dynamic(tensor, dim)
+
+
+def raise_recompile_limit(limit: int) -> int:
+    """Let ``torch.compile`` keep at least ``limit`` compiled graphs per function (default 8).
+
+    Beyond the limit torch falls back to eager for new shapes, with a warning. The setting is
+    process-wide (``torch._dynamo.config.recompile_limit``, ``cache_size_limit`` before torch 2.6).
+    Returns the limit now in force.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(int(getattr(config, name)), limit))
+    return int(getattr(config, name))

@@ -19,6 +19,7 @@ from lightning_multigrid._internals import (
     iterations_done_in_epoch,
     layer_sync_of,
     logger_step,
+    raise_recompile_limit,
     sequential_lr_parts,
     setting_owner,
 )
@@ -116,3 +117,15 @@ def test_is_logging_step_and_logger_step_are_where_lightning_writes(tmp_path):
     with open(tmp_path / "lightning_logs/version_0/metrics.csv") as file:
         written = {int(row["step"]) for row in csv.DictReader(file)}
     assert {step for logging, step in probe.seen if logging} == written == {2, 5, 8, 11}
+
+
+def test_raise_recompile_limit_sets_what_dynamo_reads():
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    before = config.recompile_limit
+    try:
+        assert raise_recompile_limit(before + 5) == before + 5 == config.recompile_limit
+        assert raise_recompile_limit(1) == before + 5  # never lowered
+    finally:
+        config.recompile_limit = before
