@@ -10,15 +10,18 @@ fails if torch stops reading it (batches would no longer be cut into chunks).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
 if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
     import pytorch_lightning as pl
 
 __all__ = [
-    "drop_train_loader", "iterations_done_in_epoch", "layer_sync_of", "sequential_lr_parts", "setting_owner",
+    "drop_train_loader", "is_logging_step", "iterations_done_in_epoch", "layer_sync_of", "logger_step",
+    "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
 ]
 
 
@@ -30,6 +33,23 @@ def drop_train_loader(trainer: pl.Trainer) -> None:
     ``reload_dataloaders_every_n_epochs`` only counts from the epoch that loader was built in.
     """
     trainer.fit_loop._combined_loader = None
+
+
+def is_logging_step(trainer: pl.Trainer) -> bool:
+    """Whether Lightning writes this training step's logged values to the loggers.
+
+    Lightning's own decision (``log_every_n_steps``, the last step before a stop, never with
+    ``log_every_n_steps=0``), which its ``LearningRateMonitor`` reads the same way; plus
+    ``fast_dev_run``, where it writes every step. Valid from ``on_train_batch_start`` to
+    ``on_train_batch_end`` of the step; the same on every rank.
+    """
+    return bool(trainer._logger_connector.should_update_logs or trainer.fast_dev_run)
+
+
+def logger_step(trainer: pl.Trainer) -> int:
+    """The step Lightning gives the loggers for this training step (optimizer steps so far, as
+    ``LearningRateMonitor`` writes it; not ``global_step``, which counts every optimizer's steps)."""
+    return int(trainer.fit_loop.epoch_loop._batches_that_stepped)
 
 
 def layer_sync_of(strategy: Any) -> Any:
@@ -78,3 +98,31 @@ def setting_owner(trainer: pl.Trainer, name: str) -> Any:
     if name == "max_steps":
         return trainer.fit_loop.epoch_loop
     return trainer
+
+
+def mark_dynamic_dims(tensor: torch.Tensor, dims: Iterable[int]) -> None:
+    """Tell ``torch.compile`` that ``tensor``'s sizes along ``dims`` vary between calls.
+
+    ``torch._dynamo.maybe_mark_dynamic``: compile one graph for every size instead of one per
+    size; unlike ``mark_dynamic`` it does not raise where the model's code fixes a size (a
+    fixed-size pooling), which then simply compiles once more.
+    """
+    import torch._dynamo
+
+    for dim in dims:
+        torch._dynamo.maybe_mark_dynamic(tensor, dim)
+
+
+def raise_recompile_limit(limit: int) -> int:
+    """Let ``torch.compile`` keep at least ``limit`` compiled graphs per function (default 8).
+
+    Beyond the limit torch falls back to eager for new shapes, with a warning. The setting is
+    process-wide (``torch._dynamo.config.recompile_limit``, ``cache_size_limit`` before torch 2.6).
+    Returns the limit now in force.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(int(getattr(config, name)), limit))
+    return int(getattr(config, name))

@@ -32,6 +32,7 @@ from lightning_multigrid.contracts import (
 )
 from lightning_multigrid.limits import check_val_interval, map_baseline_limits
 from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
+from lightning_multigrid.meter import DataWaitMeter
 from lightning_multigrid.norm import (
     apply_bn_plan,
     convert_batchnorm,
@@ -51,6 +52,7 @@ from lightning_multigrid.schedule import (
     check_milestones,
     check_options,
 )
+from lightning_multigrid.step_log import StepLog
 
 __all__ = ["MultigridCallback"]
 
@@ -175,7 +177,8 @@ class MultigridCallback(Callback):
         self._lr = None
         self._applied_bn: BNPlan | None = None
         self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
-        self._skip_counter: SkipCountingDataModule | None = None  # read at every step: resolved once
+        self._meter = DataWaitMeter()
+        self._log: StepLog | None = None  # built with the schedule
         # Trainer settings the callback changes during fit, with their values to restore.
         self._trainer_settings: dict[str, Any] = {}
 
@@ -243,7 +246,6 @@ class MultigridCallback(Callback):
 
         self._change(trainer, "max_epochs", self.schedule.max_epochs)
         datamodule.serve(self.schedule)
-        self._skip_counter = datamodule if isinstance(datamodule, SkipCountingDataModule) else None
         drop_train_loader(trainer)  # one built before now serves the baseline grid
         if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
@@ -251,6 +253,10 @@ class MultigridCallback(Callback):
             self._lr = MultigridLR.for_optimizers(
                 self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer)
             )
+        self._log = StepLog(
+            self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
+            skips=datamodule if isinstance(datamodule, SkipCountingDataModule) else None,
+        )
         if self.preflight:
             self._preflight(pl_module, datamodule)
         rank_zero_info(self._summary(datamodule, pl_module))
@@ -339,6 +345,7 @@ class MultigridCallback(Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         if self.schedule is None:
             return
+        self._meter.batch_start()  # first: the wait for this batch ends here
         epoch = trainer.current_epoch
         if self._lr is not None:
             self._lr.set_position(epoch, batch_idx, int(trainer.num_training_batches))
@@ -355,32 +362,15 @@ class MultigridCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self.schedule is None:
+        if self.schedule is None or self._log is None:
             return
         epoch = trainer.current_epoch
-        stage = self._stage(epoch)
-        grid = self.schedule.grid_at(epoch, batch_idx)
-        metrics = {
-            "multigrid/batch_size": float(grid.batch_size),
-            "multigrid/num_frames": float(grid.num_frames),
-            "multigrid/crop_size": float(grid.crop_size),
-            "multigrid/lr_factor": float(stage.lr_factor),
-            "multigrid/bn_groups": float(stage.bn.num_splits if self._manages_batchnorm else 1),
-            "multigrid/bn_sync_ranks": float(stage.bn.group_size if self._manages_batchnorm else 1),
-        }
-        if self._lr is not None and (lr := self._lr.effective_lr) is not None:
-            metrics["multigrid/lr"] = lr
-        shown = {"multigrid/batch_size", "multigrid/num_frames", "multigrid/crop_size"}
-        for key, value in metrics.items():
-            pl_module.log(key, value, on_step=True, on_epoch=False, prog_bar=key in shown, batch_size=grid.batch_size)
-        if self._skip_counter is not None:
-            skipped = self._skip_counter.skipped_videos
-            # Each rank counts the videos it skipped: the logged value is the sum over ranks
-            # (every rank logs at every step, so the reduction never waits on one that does not).
-            pl_module.log(
-                "multigrid/skipped_videos", float(skipped), on_step=True, on_epoch=False,
-                batch_size=grid.batch_size, sync_dist=True, reduce_fx="sum",
-            )
+        self._meter.batch_end(self.schedule.grid_at(epoch, batch_idx))
+        self._log.after_step(trainer, pl_module, epoch, batch_idx)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._meter.pause()  # a loader rebuilt, workers started: not one iteration's wait
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -389,12 +379,15 @@ class MultigridCallback(Callback):
         # there; the DataModule decides whether that needs a new loader.
         if self.schedule is None:
             return
+        if self._log is not None:
+            self._log.at_epoch_end(trainer)
         epoch = trainer.current_epoch
         changes = self.schedule.cycle_at(epoch) != self.schedule.cycle_at(epoch + 1)
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1 if changes else 0)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._meter.pause()  # validation is not time spent waiting for training data
         if trainer.sanity_checking or not self.precise_bn_batches or self.schedule is None:
             return
         datamodule = trainer.datamodule
@@ -411,6 +404,11 @@ class MultigridCallback(Callback):
         self._precise_bn_done = done
         # Precise BN ran at the base shape in plain mode; training resumes with its own plan.
         self._applied_bn = None
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.schedule is not None:
+            rank_zero_info(self._meter.summary())
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -7,7 +7,7 @@ user asked for but the DataModule lacks is a warning that names it. Pure Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lightning_multigrid.grid import ClipSampling, GridPlan, GridShape
@@ -57,10 +57,11 @@ class SizedDataModule(Protocol):
 
 @runtime_checkable
 class SkipCountingDataModule(Protocol):
-    """Counts the videos it skipped (logged as ``multigrid/skipped_videos``)."""
+    """Names the videos it skipped on this rank (their number over all ranks, each video once, is
+    logged as ``multigrid/skipped_videos``: names, because two ranks may skip the same video)."""
 
     @property
-    def skipped_videos(self) -> int: ...
+    def skipped_video_paths(self) -> Sequence[str]: ...
 
 
 @runtime_checkable

@@ -23,7 +23,7 @@ Logged: ``train/loss``; ``val/loss`` and ``val/top1``, ``val/top5`` (or ``val/ma
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import pytorch_lightning as pl
 import torch
@@ -35,6 +35,7 @@ from torchmetrics.functional.classification import multiclass_accuracy, multilab
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_int, check_positive_number
+from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
@@ -114,6 +115,12 @@ def aggregate_views(
     return VideoPredictions(videos, sums / num_views.reshape(shape).to(probs.dtype), video_labels, num_views)
 
 
+# The dimensions of an (N, C, T, H, W) clip that change from grid to grid.
+GRID_DIMS = (0, 2, 3, 4)
+# Graphs kept per function with `compile="per_grid"`: a schedule's distinct grids (about 12) and room.
+PER_GRID_RECOMPILE_LIMIT = 32
+
+
 class VideoClassifier(pl.LightningModule):
     """Video classification that trains on any grid: the LightningModule for multigrid training.
 
@@ -154,6 +161,15 @@ class VideoClassifier(pl.LightningModule):
             before the checkpoint's: pass ``weights=None`` there to skip that.
         backbone_lr_factor: the backbone's learning rate relative to ``lr`` (the classifier's), a
             common fine-tuning setting (e.g. 0.1); 1 trains everything at ``lr``.
+        compile: compile the backbone with ``torch.compile`` so that the dozen grids of a multigrid
+            run do not each recompile it. ``"dynamic"`` (or ``True``): batch, frames and crop are
+            marked dynamic, one graph serves every grid (a second compile where a size is 1, which
+            torch always specialises); ``"per_grid"``: one static graph per grid (about 12
+            compiles, each as long as the first; the recompile limit is raised to
+            :data:`PER_GRID_RECOMPILE_LIMIT` for the whole process). Compile time is paid in the
+            first steps of each new grid; ``docs/trainer.md`` says when it pays.
+        compile_backend: ``torch.compile``'s ``backend`` (``"inductor"`` generates kernels and needs a
+            C++ compiler on CPU; ``"eager"`` only traces, for checking that a model compiles).
 
     Example::
 
@@ -184,6 +200,8 @@ class VideoClassifier(pl.LightningModule):
         slowfast_alpha: int | None = None,
         weights: str | None = None,
         backbone_lr_factor: float = 1.0,
+        compile: bool | Literal["dynamic", "per_grid"] = False,
+        compile_backend: str = "inductor",
     ) -> None:
         super().__init__()
         check_int("num_classes", num_classes, 1 if multi_label else 2)
@@ -210,6 +228,13 @@ class VideoClassifier(pl.LightningModule):
             self.loaded_weights = load_weights(
                 self.backbone, weights, backbone=backbone if isinstance(backbone, str) else None, num_classes=num_classes
             )
+        self.compile_mode = _compile_mode(compile)
+        """``None`` (eager), ``"dynamic"`` or ``"per_grid"``: how the backbone is compiled."""
+        if self.compile_mode is not None:
+            if self.compile_mode == "per_grid":
+                raise_recompile_limit(PER_GRID_RECOMPILE_LIMIT)
+            # In place (nn.Module.compile): parameter names, state dicts and checkpoints unchanged.
+            self.backbone.compile(backend=compile_backend, dynamic=False if self.compile_mode == "per_grid" else None)
         self.num_classes = num_classes
         self.multi_label = multi_label
         self.slowfast_alpha: int | None = slowfast_alpha
@@ -231,6 +256,9 @@ class VideoClassifier(pl.LightningModule):
     @override
     def forward(self, video: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
         """Logits ``(N, num_classes)`` of ``(N, C, T, H, W)`` clips (or ``[slow, fast]``)."""
+        if self.compile_mode == "dynamic":
+            for pathway in [video] if isinstance(video, torch.Tensor) else video:
+                mark_dynamic_dims(pathway, GRID_DIMS)
         if isinstance(video, torch.Tensor):
             if self.slowfast_alpha is None:
                 return self.backbone(video)
@@ -455,6 +483,16 @@ def _check_sgd(
 def _multi_hot(labels: torch.Tensor) -> torch.Tensor:
     # Soft targets (label smoothing, mixup) count as positive above one half.
     return (labels > 0.5).long()
+
+
+def _compile_mode(compile: Any) -> Literal["dynamic", "per_grid"] | None:
+    if compile is False:
+        return None
+    if compile is True or compile == "dynamic":
+        return "dynamic"
+    if compile == "per_grid":
+        return "per_grid"
+    raise ValueError(f'`compile` must be False, True, "dynamic" or "per_grid", got {compile!r}.')
 
 
 def _check_milestones(milestones: Sequence[int], warmup_epochs: int) -> tuple[int, ...]:

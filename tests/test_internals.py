@@ -3,6 +3,8 @@ each checked against the installed versions, so a rename upstream fails here."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -13,8 +15,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_multigrid._internals import (
     drop_train_loader,
+    is_logging_step,
     iterations_done_in_epoch,
     layer_sync_of,
+    logger_step,
+    raise_recompile_limit,
     sequential_lr_parts,
     setting_owner,
 )
@@ -93,3 +98,34 @@ def test_setting_owner_writes_what_the_trainer_reads(tmp_path):
     for name, value in (("max_epochs", 7), ("max_steps", -1), ("val_check_interval", 0.5)):
         setattr(setting_owner(trainer, name), name, value)
     assert (trainer.max_epochs, trainer.max_steps, trainer.val_check_interval) == (7, -1, 0.5)
+
+
+def test_is_logging_step_and_logger_step_are_where_lightning_writes(tmp_path):
+    class Probe(pl.Callback):
+        def __init__(self) -> None:
+            self.seen: list[tuple[bool, int]] = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            pl_module.log("probe", float(batch_idx), on_step=True, on_epoch=False)
+            self.seen.append((is_logging_step(trainer), logger_step(trainer)))
+
+    probe = Probe()
+    logger = pl.loggers.CSVLogger(tmp_path)
+    # 4 batches an epoch, 3 epochs, logging every 3 steps: Lightning writes at steps 2, 5, 8 and 11.
+    _trainer(tmp_path, max_epochs=3, logger=logger, log_every_n_steps=3, callbacks=[probe]).fit(_Linear())
+    assert [step for _, step in probe.seen] == list(range(12))
+    with open(tmp_path / "lightning_logs/version_0/metrics.csv") as file:
+        written = {int(row["step"]) for row in csv.DictReader(file)}
+    assert {step for logging, step in probe.seen if logging} == written == {2, 5, 8, 11}
+
+
+def test_raise_recompile_limit_sets_what_dynamo_reads():
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    before = config.recompile_limit
+    try:
+        assert raise_recompile_limit(before + 5) == before + 5 == config.recompile_limit
+        assert raise_recompile_limit(1) == before + 5  # never lowered
+    finally:
+        config.recompile_limit = before

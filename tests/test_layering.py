@@ -31,12 +31,13 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
     f"{PACKAGE}.precise_bn",
+    f"{PACKAGE}.step_log",
     f"{PACKAGE}.trainer_cli",
 }
 # Pure Python: importable without torch.
 PURE = {
     PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
-    f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables",
+    f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
 }
 # They read the plan through `grid.GridPlan`; the schedule is one implementation of it.
 WITHOUT_SCHEDULE = {f"{PACKAGE}.data.sampler", f"{PACKAGE}.data.datamodule"}

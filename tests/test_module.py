@@ -273,3 +273,30 @@ def test_invalid_arguments(kwargs: dict[str, Any], match: str) -> None:
     arguments: dict[str, Any] = {"num_classes": 3, **kwargs}
     with pytest.raises((ValueError, TypeError), match=match):
         VideoClassifier(**arguments)
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, "max-autotune"])
+def test_compile_mode_is_checked(bad):
+    with pytest.raises(ValueError, match="`compile` must be"):
+        VideoClassifier(num_classes=3, backbone="tiny", tiny_width=4, compile=bad)
+
+
+def test_compile_dynamic_does_not_recompile_at_every_grid():
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    grids = [(4, 4, 32), (2, 8, 32), (8, 4, 45), (2, 8, 64), (16, 2, 32)]  # (batch, frames, crop)
+    graphs = {}
+    for mode in ("dynamic", "per_grid"):
+        torch._dynamo.reset()
+        counters.clear()
+        # The "eager" backend traces as inductor would, without generating kernels: the graph count is the same.
+        model = VideoClassifier(num_classes=3, backbone="tiny", tiny_width=4, compile=mode, compile_backend="eager")
+        for batch, frames, crop in grids:
+            video = torch.randn(batch, 3, frames, crop, crop)
+            model(video).sum().backward()
+        graphs[mode] = counters["stats"]["unique_graphs"]
+        assert list(model.state_dict()) == list(VideoClassifier(num_classes=3, backbone="tiny", tiny_width=4).state_dict())
+    torch._dynamo.reset()
+    # Dynamic: one graph per range of sizes the network's strides bring to 1 (frames 2, 4, 8 here).
+    assert graphs == {"dynamic": 3, "per_grid": len(grids)}
