@@ -41,11 +41,12 @@ import os
 from collections.abc import Iterator
 from fractions import Fraction
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import av
 import numpy as np
 import torch
+from av.sidedata.sidedata import Type as SideDataType
 from av.video.reformatter import VideoReformatter
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
@@ -55,6 +56,8 @@ from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMet
 __all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "display_rotation", "probe_video", "upright"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
+
+DISPLAYMATRIX = SideDataType.DISPLAYMATRIX
 
 
 class VideoReader:
@@ -426,10 +429,11 @@ def display_rotation(path: str, frame: av.VideoFrame) -> int:
     Raises:
         VideoDecodeError: when the matrix mirrors the picture or turns it by other than a right angle.
     """
-    matrix = next((bytes(d) for d in frame.side_data if d.type.name == "DISPLAYMATRIX"), None)
-    if matrix is None:
+    side_data: Any = frame.side_data  # a SideDataContainer (PyAV's stubs call it SideData)
+    if DISPLAYMATRIX not in side_data:
         return 0
-    a, b, _, c, d = np.frombuffer(matrix, dtype=np.int32, count=5).tolist()
+    # Nine native int32 (16.16 fixed point): a b u / c d v / x y w; a mirror has a negative determinant.
+    a, b, _, c, d = np.frombuffer(bytes(side_data[DISPLAYMATRIX]), dtype=np.int32, count=5).tolist()
     clockwise = -frame.rotation % 360  # PyAV gives the counter-clockwise angle
     if a * d - b * c <= 0 or clockwise % 90:
         raise VideoDecodeError(
