@@ -244,9 +244,11 @@ class VideoReader:
         The frame shown at a timestamp is the last one whose timestamp is not after it, so a
         frame the index lists but the decoder drops (edit lists, damage) yields its predecessor.
         Decoding starts at the keyframe at or before ``seek_pts``, or at the start for ``None``.
-        Returns -1 when the seek cannot be trusted: its first frame is not a keyframe the probe
-        listed at or before the first wanted timestamp (it landed late, or labelled its frames
-        with other timestamps than a decode from the start does).
+        Returns -1 when the seek cannot be trusted: its first keyframe is not one the probe listed
+        at or before the first wanted timestamp (it landed late, or labelled its frames with other
+        timestamps than a decode from the start does), or a frame the clip would use comes before
+        any keyframe. Frames shown before the first keyframe (an open GOP's leading B-frames) are
+        dropped: they may reference frames the seek skipped.
         """
         if seek_pts is None:
             self._container.seek(0)  # whole-file seek: to the very first packet
@@ -261,12 +263,16 @@ class VideoReader:
 
         k = 0
         previous: av.VideoFrame | None = None
-        first = True
+        vouched = seek_pts is None  # a decode from the start needs no keyframe to vouch for it
         for frame in self._frames(set(wanted_pts)):
             pts = frame.pts if frame.pts is not None else frame.dts  # as the probe does for packets
-            if first and seek_pts is not None and not self._trusted_start(pts, wanted_pts[0]):
-                return -1
-            first = False
+            if not vouched:
+                if frame.key_frame and self._trusted_start(pts, wanted_pts[0]):
+                    vouched = True
+                elif frame.key_frame or pts is None or pts >= wanted_pts[0]:
+                    return -1
+                else:
+                    continue  # a leading frame of an open GOP, before its keyframe
             if pts is None:
                 raise VideoDecodeError(self.path, "a decoded frame has no timestamp")
             while k < len(wanted_pts) and wanted_pts[k] < pts:
