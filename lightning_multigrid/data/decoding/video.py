@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections.abc import Iterator
 from fractions import Fraction
@@ -263,16 +264,14 @@ class VideoReader:
 
         k = 0
         previous: av.VideoFrame | None = None
-        vouched = seek_pts is None  # a decode from the start needs no keyframe to vouch for it
-        for frame in self._frames(set(wanted_pts)):
+        frames: Iterator[av.VideoFrame] = self._frames(set(wanted_pts))
+        if seek_pts is not None:
+            keyframe = self._vouching_keyframe(frames, wanted_pts[0])
+            if keyframe is None:
+                return -1
+            frames = itertools.chain([keyframe], frames)
+        for frame in frames:
             pts = frame.pts if frame.pts is not None else frame.dts  # as the probe does for packets
-            if not vouched:
-                if frame.key_frame and self._trusted_start(pts, wanted_pts[0]):
-                    vouched = True
-                elif frame.key_frame or pts is None or pts >= wanted_pts[0]:
-                    return -1
-                else:
-                    continue  # a leading frame of an open GOP, before its keyframe
             if pts is None:
                 raise VideoDecodeError(self.path, "a decoded frame has no timestamp")
             while k < len(wanted_pts) and wanted_pts[k] < pts:
@@ -286,11 +285,22 @@ class VideoReader:
             previous = frame
         return k
 
-    def _trusted_start(self, pts: int | None, first_wanted: int) -> bool:
-        """Whether a seek's first decoded frame, shown at ``pts``, is a listed keyframe not after the clip."""
+    def _vouching_keyframe(self, frames: Iterator[av.VideoFrame], first_wanted: int) -> av.VideoFrame | None:
+        """Consume ``frames`` up to a seek's first keyframe and return it when it is one the probe
+        listed, not after the clip; else ``None`` (so is a frame the clip would use before any
+        keyframe, or one without a timestamp).
+        """
         keyframes = self.metadata.keyframe_pts
-        i = bisect.bisect_left(keyframes, pts) if pts is not None else len(keyframes)
-        return pts is not None and pts <= first_wanted and i < len(keyframes) and keyframes[i] == pts
+        for frame in frames:
+            pts = frame.pts if frame.pts is not None else frame.dts
+            if pts is None or (not frame.key_frame and pts >= first_wanted):
+                return None
+            if frame.key_frame:
+                i = bisect.bisect_left(keyframes, pts)
+                listed = pts <= first_wanted and i < len(keyframes) and keyframes[i] == pts
+                return frame if listed else None
+            # else: a leading frame of an open GOP, shown before its keyframe: dropped
+        return None
 
     def _frames(self, wanted_pts: set[int]) -> Iterator[av.VideoFrame]:
         """Decoded frames from the current position; frames nobody wants are decoded only if referenced.
