@@ -135,27 +135,33 @@ class _VideoDataset:
         target[list(labels)] = 1.0
         return target
 
-    def _load(self, video_index: int, draw: Callable[[ClipSource], ClipParams]) -> torch.Tensor | EncodedClip:
-        """Decode the clip ``draw(source)`` of one video through the reader; raises VideoDecodeError."""
+    def _load(
+        self, video_index: int, draw: Callable[[ClipSource, int], ClipParams], attempt: int
+    ) -> torch.Tensor | EncodedClip:
+        """Decode the clip ``draw(source, attempt)`` of one video through the reader; raises VideoDecodeError."""
         entry = self.manifest.entries[video_index]
         if video_index in self._failed:
             raise VideoDecodeError(entry.name, self._failed[video_index])
-        return self.reader.read(entry, draw(self.reader.source(entry)))
+        return self.reader.read(entry, draw(self.reader.source(entry), attempt))
 
     def _load_or_replace(
-        self, video_index: int, seed: int, draw: Callable[[ClipSource], ClipParams]
+        self, video_index: int, seed: int, draw: Callable[[ClipSource, int], ClipParams]
     ) -> tuple[int, torch.Tensor | EncodedClip, tuple[str, ...]]:
         """The clip of ``video_index``, or of the first decodable replacement; and the skipped paths.
 
         Replacements are distinct videos drawn by ``random.Random(seed).sample``: the same in every
-        process, so a run stays reproducible whatever the number of workers.
+        process, so a run stays reproducible whatever the number of workers. Each attempt draws its
+        own clip (``draw(source, attempt)``): a replacement never repeats the draw that failed.
+        A video is marked bad for the process once a clip of it fails, which the readers report
+        only when the video is unreadable there (the video reader retries a failed seek from
+        earlier keyframes and from the start first).
         """
         count = min(self.num_videos, self.max_replacements + 1)
         others = [i for i in random.Random(seed).sample(range(self.num_videos), count) if i != video_index]
         skipped: list[str] = []
-        for index in [video_index, *others[: self.max_replacements]]:
+        for attempt, index in enumerate([video_index, *others[: self.max_replacements]]):
             try:
-                return index, self._load(index, draw), tuple(skipped)
+                return index, self._load(index, draw, attempt), tuple(skipped)
             except (VideoDecodeError, OSError) as error:
                 # Any OSError on a user's file (permissions, a file gone meanwhile) is a skip too.
                 name = self.manifest.entries[index].name
@@ -281,8 +287,9 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         if not 0 <= request.index < self.num_videos:
             raise IndexError(f"`ClipRequest.index` {request.index} is out of range for {self.num_videos} videos.")
 
-        def draw(source: ClipSource) -> ClipParams:
-            return sample_clip_params(request, source, flip=self.flip)
+        def draw(source: ClipSource, attempt: int) -> ClipParams:
+            seed = request.seed if attempt == 0 else replacement_seed(request.seed, attempt)
+            return sample_clip_params(request._replace(seed=seed), source, flip=self.flip)
 
         index, video, skipped = self._load_or_replace(request.index, request.seed, draw)
         return self._sample(index, video, skipped)
@@ -375,7 +382,8 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         video_index, view = divmod(item, self.clips_per_video)
         temporal, spatial = divmod(view, self.num_crops)
 
-        def draw(source: ClipSource) -> ClipParams:
+        def draw(source: ClipSource, attempt: int) -> ClipParams:
+            # A replacement is another video's same view: evaluation views are fixed, not drawn.
             return eval_clip_params(
                 source,
                 self.num_frames,
@@ -392,6 +400,11 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         sample = self._sample(index, video, skipped)
         sample["view"] = view
         return sample
+
+
+def replacement_seed(seed: int, attempt: int) -> int:
+    """The seed of replacement ``attempt`` (>= 1) for a request seeded ``seed``: the same in every process."""
+    return random.Random(f"{seed}/{attempt}").getrandbits(63)
 
 
 def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:

@@ -14,6 +14,14 @@ read as frames, and a gap in the numbers makes a bad video unless gaps are allow
 For decoding on the GPU the workers only read the JPEG bytes (:func:`read_encoded_clip`); see
 :mod:`lightning_multigrid.data.decoding.device`.
 
+One rule for every mode (workers, device, ``check-data``), whatever the decoder:
+
+- bytes after a JPEG's end marker (camera trailers, a phone's motion-photo video) are ignored, as
+  libjpeg ignores them; the device gets each frame's bytes up to its end marker;
+- a frame with an EXIF orientation other than "normal" is refused: Pillow ignores the tag while
+  torchcodec's decoder applies it (the same frame would come out turned on the device), so frames
+  must be stored upright.
+
 Example::
 
     folder = open_frame_folder(VideoEntry("frames/abseiling/x", (0,)))
@@ -46,6 +54,7 @@ __all__ = [
     "check_frame_folder",
     "decode_crop",
     "load_checked_frame",
+    "jpeg_end",
     "open_frame_folder",
     "read_clip",
     "read_encoded_clip",
@@ -56,6 +65,19 @@ JPEG_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg")
 # PIL raises these for files that are not images, truncated or damaged.
 _IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
+# After a scan's entropy-coded data: the next marker (0xFF not followed by a stuffed 0x00, a
+# restart marker or a fill byte).
+_NEXT_MARKER = re.compile(rb"\xff(?![\x00\xd0-\xd7\xff])")
+_EXIF_ORIENTATION = 0x0112
+_ORIENTATIONS = {
+    2: "mirrored",
+    3: "turned 180 degrees",
+    4: "mirrored upside down",
+    5: "mirrored and turned 90 degrees",
+    6: "turned 90 degrees clockwise",
+    7: "mirrored and turned 90 degrees",
+    8: "turned 90 degrees counter-clockwise",
+}
 
 
 def open_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> FrameFolder:
@@ -162,8 +184,9 @@ class EncodedClip:
 def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None = None) -> EncodedClip:
     """Read (not decode) the JPEG bytes of the sampled frames; headers are checked here.
 
-    The header check (a JPEG of the folder's frame size, with its end marker) catches missing,
-    non-JPEG, resized and truncated frames in the worker, where the clip can still be replaced.
+    The header check (a JPEG of the folder's frame size, stored upright, with its end marker)
+    catches missing, non-JPEG, resized, EXIF-oriented and truncated frames in the worker, where the
+    clip can still be replaced. Bytes after the end marker are dropped here.
     Damage inside the compressed data shows only when the device decodes it
     (:func:`~lightning_multigrid.data.decoding.device.decode_clips` finds, names and replaces it).
 
@@ -188,8 +211,10 @@ def read_encoded_clip(folder: FrameFolder, params: ClipParams, video: str | None
         size = _jpeg_size_of(io.BytesIO(data), path, folder.path)
         if size != (folder.width, folder.height):
             raise VideoDecodeError(folder.path, _size_message(path, size, folder))
-        if not data.rstrip(b"\x00\r\n").endswith(b"\xff\xd9"):
-            raise VideoDecodeError(folder.path, f"frame {path} is truncated (no JPEG end marker)")
+        end = jpeg_end(data)
+        if end is None:
+            raise VideoDecodeError(folder.path, f"frame {path} is truncated (no JPEG end marker after its image data)")
+        del data[end:]  # bytes after the end marker are ignored, as libjpeg ignores them
         jpegs.append(data)
     paths = tuple(folder.frame_path(i) for i in wanted)
     return EncodedClip(jpegs, order, params, video or folder.path, paths)
@@ -233,9 +258,10 @@ def load_checked_frame(folder: FrameFolder, index: int) -> Image.Image:
 
 
 def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:
-    """A frame must be a JPEG of the folder's frame size."""
+    """A frame must be an upright JPEG of the folder's frame size."""
     if image.format != "JPEG":
         raise VideoDecodeError(folder.path, f"frame {path} is not a JPEG ({image.format})")
+    _check_upright(image, path, folder.path)
     if image.size != (folder.width, folder.height):
         raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
 
@@ -257,6 +283,50 @@ def decode_crop(image: Image.Image, params: ClipParams) -> np.ndarray:
     # Resizing only the crop box gives the pixels of resize-then-crop, without the rest.
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     return np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
+def _check_upright(image: Image.Image, path: str, folder: str) -> None:
+    """Refuse a JPEG whose EXIF orientation asks viewers to turn or mirror it (values as Pillow's
+    ``ImageOps.exif_transpose``: 1 and unknown values mean "as stored")."""
+    if "exif" not in image.info:
+        return
+    orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+    if orientation in _ORIENTATIONS:
+        raise VideoDecodeError(
+            folder,
+            f"frame {path} has EXIF orientation {orientation} ({_ORIENTATIONS[orientation]} for display): "
+            "frames must be stored upright, as decoders disagree on the tag (Pillow ignores it, the device "
+            "decode applies it); turn the frames upright (e.g. `exiftran -ai *.jpg` or `mogrify -auto-orient "
+            "*.jpg`) or extract them again",
+        )
+
+
+def jpeg_end(data: bytes | bytearray) -> int | None:
+    """The offset just past the end marker (EOI) that ends a JPEG's image data, or ``None``
+    when the data stops before it (a truncated or damaged file).
+
+    The markers are walked from the start, so an end marker inside a thumbnail (EXIF) or the
+    bytes after the image (a trailer) are not mistaken for the end.
+    """
+    if data[:2] != b"\xff\xd8":
+        return None
+    pos, size = 2, len(data)
+    while pos + 2 <= size:
+        if data[pos] != 0xFF:
+            return None
+        marker = data[pos + 1]
+        if marker == 0xFF:  # a fill byte before a marker
+            pos += 1
+        elif marker == 0xD9:
+            return pos + 2
+        elif 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+            if marker == 0xDA:  # start of scan: skip its entropy-coded data
+                match = _NEXT_MARKER.search(data, pos)
+                if match is None:
+                    return None
+                pos = match.start()
+    return None
 
 
 def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.ndarray:
@@ -284,11 +354,12 @@ def _jpeg_size(path: str, folder: str) -> tuple[int, int]:
 
 
 def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
-    """The size from the JPEG header (PIL reads the header only); a non-JPEG raises."""
+    """The size from the JPEG header (PIL reads the header only); a non-JPEG or an EXIF-oriented JPEG raises."""
     try:
         with Image.open(file) as image:
             if image.format != "JPEG":
                 raise VideoDecodeError(folder, f"frame {path} is not a JPEG ({image.format})")
+            _check_upright(image, path, folder)
             return image.size
     except _IMAGE_ERRORS as error:
         raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({describe_error(error)})") from None

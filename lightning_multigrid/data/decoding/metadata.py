@@ -3,7 +3,8 @@
 - :class:`VideoMetadata` (with :class:`FrameTimestamps`): a video file's size, frame count,
   timestamps and keyframes, probed once from the packets (``VideoReader``) or read from a JSON
   file written by ``lightning-multigrid check-data --write-metadata``;
-- :class:`MetadataCache`: those by path, per process;
+- :class:`MetadataCache`: those by path, per process; an entry read from a file whose video changed
+  since (its size or modification time differ) is dropped, so the video is probed again;
 - :class:`FrameFolder`: a frame dataset's video, its frames' files and size.
 
 Clip sampling reads only ``width``, ``height`` and ``num_frames`` of either
@@ -13,6 +14,7 @@ Clip sampling reads only ``width``, ``height`` and ``num_frames`` of either
 from __future__ import annotations
 
 import json
+import logging
 import os
 from array import array
 from collections.abc import Mapping
@@ -23,7 +25,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FrameFolder", "FrameTimestamps", "MetadataCache", "VideoMetadata"]
+__all__ = ["FrameFolder", "FrameTimestamps", "MetadataCache", "VideoMetadata", "file_stamp"]
+
+logger = logging.getLogger("lightning_multigrid.data")
+
+# Version 2 added the display geometry (rotation, pixel aspect) and the file stamps.
+METADATA_FILE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +81,25 @@ class FrameTimestamps:
 class VideoMetadata:
     """What sampling needs to know about a video, probed once (no frame is decoded).
 
+    Sizes are the displayed ones, as players show the video: a stored frame is first stretched to
+    square pixels (``pixel_aspect``: its width times the pixel aspect, its height kept), then turned
+    by ``rotation``. Every reader delivers frames this way up and this size.
+
     Attributes:
-        width: frame width in pixels (as stored; sample aspect ratio and rotation are ignored).
-        height: frame height in pixels.
+        width: displayed frame width in pixels.
+        height: displayed frame height in pixels.
         num_frames: frames in the video stream.
         fps: average frames per second (``num_frames / duration``).
         duration: seconds from the first frame to the end of the last.
         time_base: seconds per timestamp unit.
         timestamps: presentation timestamp of every frame, display order.
         keyframe_pts: presentation timestamps of the keyframes, ascending.
+        rotation: degrees a player turns the stored frames clockwise to show them (0, 90, 180 or
+            270; the ``rotate`` value ffprobe prints for phone videos).
+        pixel_aspect: the stored pixels' width over their height (the sample aspect ratio); not 1
+            for anamorphic video.
+        file_size: the file's size in bytes when probed (``None``: unknown).
+        file_mtime_ns: the file's modification time when probed, in nanoseconds (``None``: unknown).
     """
 
     width: int
@@ -93,6 +110,38 @@ class VideoMetadata:
     time_base: Fraction
     timestamps: FrameTimestamps
     keyframe_pts: tuple[int, ...]
+    rotation: int = 0
+    pixel_aspect: Fraction = Fraction(1)
+    file_size: int | None = None
+    file_mtime_ns: int | None = None
+
+    @property
+    def rotated(self) -> bool:
+        return self.rotation != 0
+
+    @property
+    def anamorphic(self) -> bool:
+        return self.pixel_aspect != 1
+
+    def geometry(self) -> str:
+        """How the stored frames are turned into the displayed ones, in words ("" when as stored)."""
+        parts = []
+        if self.anamorphic:
+            ratio = self.pixel_aspect
+            parts.append(f"anamorphic (pixel aspect {ratio.numerator}:{ratio.denominator}: stretched to square pixels)")
+        if self.rotated:
+            parts.append(f"rotated (turned {self.rotation} degrees clockwise, as players show it)")
+        return ", ".join(parts)
+
+    def is_stale(self, path: str) -> bool:
+        """Whether the file at ``path`` changed since it was probed (size or modification time);
+        ``False`` when the stamps are unknown."""
+        if self.file_size is None or self.file_mtime_ns is None:
+            return False
+        try:
+            return file_stamp(path) != (self.file_size, self.file_mtime_ns)
+        except OSError:
+            return True  # gone or unreadable: probing again names the problem
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data; :meth:`from_dict` reads it back."""
@@ -108,6 +157,10 @@ class VideoMetadata:
             if not ts.explicit
             else {"list": ts.to_list()},
             "keyframe_pts": list(self.keyframe_pts),
+            "rotation": self.rotation,
+            "pixel_aspect": [self.pixel_aspect.numerator, self.pixel_aspect.denominator],
+            "file_size": self.file_size,
+            "file_mtime_ns": self.file_mtime_ns,
         }
 
     @classmethod
@@ -127,7 +180,21 @@ class VideoMetadata:
             time_base=Fraction(*data["time_base"]),
             timestamps=timestamps,
             keyframe_pts=tuple(data["keyframe_pts"]),
+            rotation=int(data["rotation"]),
+            pixel_aspect=Fraction(*data["pixel_aspect"]),
+            file_size=None if data["file_size"] is None else int(data["file_size"]),
+            file_mtime_ns=None if data["file_mtime_ns"] is None else int(data["file_mtime_ns"]),
         )
+
+
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(size in bytes, modification time in ns)`` of a file: what tells a replaced video apart.
+
+    Raises:
+        OSError: when the file cannot be stat-ed.
+    """
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
 
 
 class MetadataCache:
@@ -138,33 +205,50 @@ class MetadataCache:
     (``persistent_workers=True``) or preload a file written by ``check-data --write-metadata``
     to avoid probing again.
 
+    An entry read from a file is checked against its video once per process, when first asked
+    for: a video replaced since the file was written (another size or modification time) would be
+    read with a stale size and frame count, so its entry is dropped (and logged, naming the video
+    and the file): the reader probes the video again.
+
     Args:
         file: a JSON file written by :meth:`save` to preload. Paths are kept absolute, so the
             file works whatever the working directory.
+
+    Raises:
+        FileNotFoundError: when ``file`` does not exist.
+        ValueError: when ``file`` is not a metadata file, or was written by an earlier version
+            (without rotation, pixel aspect and file stamps).
     """
 
     def __init__(self, file: str | os.PathLike[str] | None = None) -> None:
         self._entries: dict[str, VideoMetadata] = {}
+        self._unchecked: set[str] = set()  # read from the file, not yet compared with the video
+        self.file = None if file is None else str(file)
         if file is not None:
-            path = Path(file)
-            if not path.is_file():
-                raise FileNotFoundError(f"Metadata file {path} does not exist: check `metadata_file`.")
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                self._entries = {
-                    os.path.abspath(key): VideoMetadata.from_dict(value) for key, value in data["videos"].items()
-                }
-            except (KeyError, TypeError, ValueError) as error:
-                raise ValueError(
-                    f"Metadata file {path} is not a metadata cache ({error!r}); "
-                    "write it with `lightning-multigrid check-data MANIFEST --write-metadata FILE`."
-                ) from None
+            self._entries = _read_metadata_file(Path(file))
+            self._unchecked = set(self._entries)
 
     def get(self, path: str) -> VideoMetadata | None:
-        return self._entries.get(os.path.abspath(path))
+        key = os.path.abspath(path)
+        metadata = self._entries.get(key)
+        if metadata is not None and key in self._unchecked:
+            self._unchecked.discard(key)
+            if metadata.is_stale(key):
+                del self._entries[key]
+                logger.warning(
+                    "The metadata file %s is stale for video %s: the video changed since the file was written "
+                    "(another size or modification time); it is probed again. Write the file again with "
+                    "`lightning-multigrid check-data MANIFEST --write-metadata FILE`.",
+                    self.file,
+                    path,
+                )
+                return None
+        return metadata
 
     def put(self, path: str, metadata: VideoMetadata) -> None:
-        self._entries[os.path.abspath(path)] = metadata
+        key = os.path.abspath(path)
+        self._entries[key] = metadata
+        self._unchecked.discard(key)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -174,8 +258,29 @@ class MetadataCache:
 
     def save(self, file: str | os.PathLike[str]) -> None:
         """Write every entry to a JSON file that ``MetadataCache(file)`` reads."""
-        data = {"version": 1, "videos": {key: value.to_dict() for key, value in self._entries.items()}}
+        data = {"version": METADATA_FILE_VERSION, "videos": {key: value.to_dict() for key, value in self._entries.items()}}
         Path(file).write_text(json.dumps(data), encoding="utf-8")
+
+
+def _read_metadata_file(path: Path) -> dict[str, VideoMetadata]:
+    if not path.is_file():
+        raise FileNotFoundError(f"Metadata file {path} does not exist: check `metadata_file`.")
+    write = "`lightning-multigrid check-data MANIFEST --write-metadata FILE`"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"Metadata file {path} is not a metadata cache ({error!r}); write it with {write}.") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if isinstance(version, int) and version != METADATA_FILE_VERSION:
+        raise ValueError(
+            f"Metadata file {path} was written by an earlier version (format {version}, without the videos' "
+            f"rotation, pixel aspect and file stamps; this version reads format {METADATA_FILE_VERSION}): "
+            f"write it again with {write}."
+        )
+    try:
+        return {os.path.abspath(key): VideoMetadata.from_dict(value) for key, value in data["videos"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ValueError(f"Metadata file {path} is not a metadata cache ({error!r}); write it with {write}.") from None
 
 
 @dataclass(frozen=True, slots=True)

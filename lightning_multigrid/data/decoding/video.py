@@ -11,7 +11,17 @@ spends most of its time on pixels the model never sees. Here a clip is read as:
    (:func:`~lightning_multigrid.data.clip_params.assemble_clip`, shared with the frame reader).
 
 Frame indices are mapped through each frame's presentation timestamp (from a one-off demux of the
-packets, no decoding), so variable-frame-rate files and B-frame reordering are handled. The
+packets; only the first frame is decoded, for its display matrix), so variable-frame-rate files and
+B-frame reordering are handled. A seek is trusted only when the first frame it decodes is one of
+the keyframes the probe listed, at or before the clip: MPEG program streams (``.mpg``) label the
+frames after a seek with shifted timestamps, and MPEG transport streams (``.m2ts``) land past the
+keyframe asked for, so the reader then steps back a keyframe, and finally decodes from the start.
+
+Frames come out as players show them (:class:`~lightning_multigrid.data.decoding.metadata.VideoMetadata`):
+anamorphic frames stretched to square pixels (inside the same swscale call as the resize) and
+phone videos turned upright by their display matrix; a mirroring or oblique display matrix is
+refused. Still images saved with a video name, single-frame files and Matroska/WebM files cut
+short (their header declares more video than their packets hold) are refused by name. The
 datasets' :class:`~lightning_multigrid.data.decoding.readers.VideoFileReader` probes each path once
 per process (its :class:`~lightning_multigrid.data.decoding.metadata.MetadataCache`: each
 DataLoader worker fills its own copy); metadata can be precomputed into a JSON file
@@ -27,24 +37,28 @@ Example::
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 from collections.abc import Iterator
 from fractions import Fraction
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 import av
 import numpy as np
 import torch
+from av.sidedata.sidedata import Type as SideDataType
 from av.video.reformatter import VideoReformatter
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
-from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata
+from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata, file_stamp
 
-__all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "probe_video"]
+__all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "display_rotation", "probe_video", "upright"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
+
+DISPLAYMATRIX = SideDataType.DISPLAYMATRIX
 
 
 class VideoReader:
@@ -79,6 +93,8 @@ class VideoReader:
             raise VideoDecodeError(self.path, "the file does not exist")
         if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
             raise VideoDecodeError(self.path, "the file is empty (0 bytes)")
+        # Before opening: a file replaced while it is probed then looks stale, never fresh.
+        self._stamp = file_stamp(self.path) if os.path.isfile(self.path) else None
         # One swscale context per reader, single-threaded: creating one per frame (what
         # frame.to_ndarray does) with automatic threads costs 5-10x the conversion itself.
         self._reformatter = VideoReformatter()
@@ -93,6 +109,7 @@ class VideoReader:
             self._stream = self._container.streams.video[0]
             if self._stream.codec_context is None:  # an unknown codec or a damaged sample description
                 raise VideoDecodeError(self.path, "the video stream has no decoder (unknown codec or damaged header)")
+            _refuse_still_image(self.path, self._container.format.name, self._stream.codec_context.name)
             # FFmpeg's default (slice threads, one per core) gives each of N workers all the cores.
             self._stream.thread_type = "AUTO" if threads > 1 else "SLICE"
             self._stream.codec_context.thread_count = threads
@@ -128,18 +145,23 @@ class VideoReader:
         wanted_pts = [meta.timestamps[i] for i in wanted]
         crop = params.crop_size
         frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
-        # Seek to the last keyframe at or before the first wanted frame. Containers that seek by
-        # decoding time can land one keyframe late: then step back a keyframe, then the start.
+        # Seek to the last keyframe at or before the first wanted frame. A seek that lands late,
+        # decodes nothing, labels frames with timestamps the probe never saw or fails is not
+        # trusted: step back a keyframe, then decode from the start, whose result stands.
         k = bisect.bisect_right(meta.keyframe_pts, wanted_pts[0]) - 1
         targets = [meta.keyframe_pts[i] for i in (k, k - 1) if i >= 0] + [None]
-        try:
-            for target in targets:
+        found = 0
+        for target in targets:
+            try:
                 found = self._decode_into(frames, wanted_pts, params, target)
-                if found >= 0:
-                    break
-        except (av.FFmpegError, OSError) as error:
-            raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
+            except (av.FFmpegError, OSError) as error:
+                if target is None:
+                    raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
+                continue
+            if found == len(wanted):
+                break
         if found < len(wanted):
+            found = max(found, 0)
             raise VideoDecodeError(
                 self.path,
                 f"decoding stopped after {found} of the {len(wanted)} frames the clip needs "
@@ -148,7 +170,8 @@ class VideoReader:
         return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
     def decode_rgb(self) -> np.ndarray:
-        """Every frame :attr:`metadata` lists, full size: uint8 RGB ``(num_frames, height, width, 3)``.
+        """Every frame :attr:`metadata` lists, at its displayed size and upright: uint8 RGB
+        ``(num_frames, height, width, 3)``.
 
         Frame ``i`` is the one shown at ``metadata.timestamps[i]``, picked as :meth:`read` picks it:
         a frame the decoder drops yields its predecessor.
@@ -159,6 +182,7 @@ class VideoReader:
         timestamps = self.metadata.timestamps
         frames: list[np.ndarray] = []
         previous: av.VideoFrame | None = None
+        width, height = self.metadata.width, self.metadata.height
         try:
             self._container.seek(0)  # whole-file seek: to the very first packet
             for frame in self._container.decode(self._stream):
@@ -166,9 +190,9 @@ class VideoReader:
                 if pts is None:
                     raise VideoDecodeError(self.path, "a decoded frame has no timestamp")
                 while len(frames) < len(timestamps) and timestamps[len(frames)] < pts:
-                    frames.append((previous if previous is not None else frame).to_ndarray(format="rgb24"))
+                    frames.append(self.displayed((previous if previous is not None else frame), width, height))
                 if len(frames) < len(timestamps) and timestamps[len(frames)] == pts:
-                    frames.append(frame.to_ndarray(format="rgb24"))
+                    frames.append(self.displayed(frame, width, height))
                 previous = frame
         except (av.FFmpegError, OSError) as error:
             raise VideoDecodeError(self.path, f"decoding failed ({describe_error(error)})") from None
@@ -178,6 +202,28 @@ class VideoReader:
                 f"decoding stopped after {len(frames)} of its {len(timestamps)} frames: the file is probably truncated",
             )
         return np.stack(frames)
+
+    def displayed(
+        self, frame: av.VideoFrame, width: int, height: int, interpolation: Interpolation | None = None
+    ) -> np.ndarray:
+        """A decoded frame as players show it, resized to ``width x height`` (displayed pixels):
+        uint8 RGB ``(height, width, 3)``.
+
+        The resize to the displayed size happens inside the YUV -> RGB conversion (one swscale
+        pass), which also stretches anamorphic pixels square; a rotated video is then turned
+        upright (an array view).
+        """
+        rotation = self.metadata.rotation
+        stored_width, stored_height = (height, width) if rotation in (90, 270) else (width, height)
+        image = self._reformatter.reformat(
+            frame,
+            width=stored_width,
+            height=stored_height,
+            format="rgb24",
+            interpolation=interpolation or self.interpolation,
+            threads=1,
+        ).to_ndarray()
+        return upright(image, rotation)
 
     def decode_all(self) -> int:
         """Decode every frame (no conversion), to check the file; returns the frame count.
@@ -199,7 +245,11 @@ class VideoReader:
         The frame shown at a timestamp is the last one whose timestamp is not after it, so a
         frame the index lists but the decoder drops (edit lists, damage) yields its predecessor.
         Decoding starts at the keyframe at or before ``seek_pts``, or at the start for ``None``.
-        Returns -1 when the seek landed past the first wanted timestamp.
+        Returns -1 when the seek cannot be trusted: its first keyframe is not one the probe listed
+        at or before the first wanted timestamp (it landed late, or labelled its frames with other
+        timestamps than a decode from the start does), or a frame the clip would use comes before
+        any keyframe. Frames shown before the first keyframe (an open GOP's leading B-frames) are
+        dropped: they may reference frames the seek skipped.
         """
         if seek_pts is None:
             self._container.seek(0)  # whole-file seek: to the very first packet
@@ -207,22 +257,21 @@ class VideoReader:
             self._container.seek(seek_pts, stream=self._stream, backward=True, any_frame=False)
 
         x, y, crop = params.crop_x, params.crop_y, params.crop_size
-        width, height, interpolation = params.resize_width, params.resize_height, self.interpolation
-        reformat = self._reformatter.reformat
+        width, height = params.resize_width, params.resize_height
 
         def convert(frame: av.VideoFrame, k: int) -> None:
-            # The resize happens inside the YUV -> RGB conversion (one swscale pass).
-            image = reformat(frame, width=width, height=height, format="rgb24", interpolation=interpolation, threads=1)
-            out[k] = image.to_ndarray()[y : y + crop, x : x + crop]
+            out[k] = self.displayed(frame, width, height)[y : y + crop, x : x + crop]
 
         k = 0
         previous: av.VideoFrame | None = None
-        first = True
-        for frame in self._frames(set(wanted_pts)):
-            pts = frame.pts if frame.pts is not None else frame.dts  # as the probe does for packets
-            if first and pts is not None and pts > wanted_pts[0] and seek_pts is not None:
+        frames: Iterator[av.VideoFrame] = self._frames(set(wanted_pts))
+        if seek_pts is not None:
+            keyframe = self._vouching_keyframe(frames, wanted_pts[0])
+            if keyframe is None:
                 return -1
-            first = False
+            frames = itertools.chain([keyframe], frames)
+        for frame in frames:
+            pts = frame.pts if frame.pts is not None else frame.dts  # as the probe does for packets
             if pts is None:
                 raise VideoDecodeError(self.path, "a decoded frame has no timestamp")
             while k < len(wanted_pts) and wanted_pts[k] < pts:
@@ -235,6 +284,23 @@ class VideoReader:
                 break
             previous = frame
         return k
+
+    def _vouching_keyframe(self, frames: Iterator[av.VideoFrame], first_wanted: int) -> av.VideoFrame | None:
+        """Consume ``frames`` up to a seek's first keyframe and return it when it is one the probe
+        listed, not after the clip; else ``None`` (so is a frame the clip would use before any
+        keyframe, or one without a timestamp).
+        """
+        keyframes = self.metadata.keyframe_pts
+        for frame in frames:
+            pts = frame.pts if frame.pts is not None else frame.dts
+            if pts is None or (not frame.key_frame and pts >= first_wanted):
+                return None
+            if frame.key_frame:
+                i = bisect.bisect_left(keyframes, pts)
+                listed = pts <= first_wanted and i < len(keyframes) and keyframes[i] == pts
+                return frame if listed else None
+            # else: a leading frame of an open GOP, shown before its keyframe: dropped
+        return None
 
     def _frames(self, wanted_pts: set[int]) -> Iterator[av.VideoFrame]:
         """Decoded frames from the current position; frames nobody wants are decoded only if referenced.
@@ -276,7 +342,7 @@ class VideoReader:
         return pts_list, keyframes, packets
 
     def _probe(self) -> VideoMetadata:
-        """Timestamps and keyframes from the packets; only the headers are read, nothing decoded."""
+        """Timestamps and keyframes from the packets, and the display geometry from the first frame."""
         stream = self._stream
         pts_list, keyframes, packets = self._read_packets()
         if not pts_list:
@@ -286,6 +352,10 @@ class VideoReader:
             raise VideoDecodeError(
                 self.path,
                 f"the file is truncated: its index lists {stream.frames} frames, only {packets} are in the file",
+            )
+        if len(pts_list) < 2:
+            raise VideoDecodeError(
+                self.path, "not a video: its video stream holds a single frame (a still picture; every clip would repeat it)"
             )
         width, height = stream.codec_context.width, stream.codec_context.height
         if width <= 0 or height <= 0:
@@ -298,9 +368,15 @@ class VideoReader:
             rate = stream.average_rate or stream.guessed_rate
             last = round(1 / (rate * time_base)) if rate else 0
         duration = float((pts_list[-1] - pts_list[0] + last) * time_base)
+        self._check_declared_duration(float((pts_list[-1] + last) * time_base), float(last * time_base))
         fps = len(pts_list) / duration if duration > 0 else float(stream.average_rate or 0)
+        rotation = self._rotation()
+        pixel_aspect = _pixel_aspect(stream)
+        shown_width = max(1, round(width * pixel_aspect))
+        if rotation in (90, 270):
+            shown_width, height = height, shown_width
         return VideoMetadata(
-            width=width,
+            width=shown_width,
             height=height,
             num_frames=len(pts_list),
             fps=fps,
@@ -308,7 +384,108 @@ class VideoReader:
             time_base=Fraction(time_base),
             timestamps=timestamps,
             keyframe_pts=tuple(sorted(keyframes)),
+            rotation=rotation,
+            pixel_aspect=pixel_aspect,
+            file_size=None if self._stamp is None else self._stamp[0],
+            file_mtime_ns=None if self._stamp is None else self._stamp[1],
         )
+
+    def _check_declared_duration(self, end: float, frame_seconds: float) -> None:
+        """Refuse a file whose header declares more video than its packets hold (a cut Matroska/WebM).
+
+        Matroska has no frame index to compare with (MP4 and AVI do, above); its header declares
+        the duration. Formats whose duration FFmpeg estimates from the packets themselves (MPEG
+        transport and program streams) are consistent when cut, and not checked.
+        """
+        declared = _declared_seconds(self._container, self._stream)
+        if declared is None or declared <= 0:
+            return
+        start = float((self._stream.start_time or 0) * (self._stream.time_base or 0))
+        missing = declared - (end - start)
+        if missing > max(0.5, 2 * frame_seconds):
+            raise VideoDecodeError(
+                self.path,
+                f"the file is truncated: its header declares {declared:.2f} s of video, its frames end at "
+                f"{end - start:.2f} s ({100 * (end - start) / declared:.0f}%): the rest of the file is missing "
+                "(an interrupted download or copy)",
+            )
+
+    def _rotation(self) -> int:
+        """Degrees clockwise a player turns the frames, from the first frame's display matrix.
+
+        FFmpeg hands the container's display matrix (MP4's track matrix, Matroska's projection)
+        to every decoded frame; the stream itself does not expose it to PyAV, so one frame is decoded.
+        """
+        try:
+            self._container.seek(0)
+            frame = next(iter(self._container.decode(self._stream)), None)
+        except (av.FFmpegError, OSError) as error:
+            raise VideoDecodeError(self.path, f"its first frame cannot be decoded ({describe_error(error)})") from None
+        if frame is None:
+            raise VideoDecodeError(self.path, "no frame can be decoded")
+        return display_rotation(self.path, frame)
+
+
+_STILL_IMAGE_DEMUXERS = ("image2",)
+
+
+def _refuse_still_image(path: str, demuxer: str, codec: str) -> None:
+    """A JPEG or PNG saved as ``.mp4`` opens as a one-frame 'video' (FFmpeg's image demuxers): refuse it."""
+    if demuxer.endswith("_pipe") or demuxer in _STILL_IMAGE_DEMUXERS:
+        raise VideoDecodeError(
+            path,
+            f"not a video: a still image ({codec}, read by FFmpeg's {demuxer} demuxer) with a video file name; "
+            "leave it out of the manifest, or make a video of it",
+        )
+
+
+def display_rotation(path: str, frame: av.VideoFrame) -> int:
+    """Degrees clockwise (0, 90, 180, 270) a player turns ``frame``, from its display matrix.
+
+    Raises:
+        VideoDecodeError: when the matrix mirrors the picture or turns it by other than a right angle.
+    """
+    side_data: Any = frame.side_data  # a SideDataContainer (PyAV's stubs call it SideData)
+    if DISPLAYMATRIX not in side_data:
+        return 0
+    # Nine native int32 (16.16 fixed point): a b u / c d v / x y w; a mirror has a negative determinant.
+    a, b, _, c, d = np.frombuffer(bytes(side_data[DISPLAYMATRIX]), dtype=np.int32, count=5).tolist()
+    clockwise = -frame.rotation % 360  # PyAV gives the counter-clockwise angle
+    if a * d - b * c <= 0 or clockwise % 90:
+        raise VideoDecodeError(
+            path,
+            f"its display matrix mirrors the picture or turns it by {clockwise} degrees (not a right angle): "
+            "not supported; re-encode it upright (e.g. `ffmpeg -i IN -vf transpose=... OUT`)",
+        )
+    return clockwise
+
+
+def _pixel_aspect(stream: av.video.stream.VideoStream) -> Fraction:
+    """The stored pixels' aspect: the container's when it sets one (as FFmpeg's players prefer), else the codec's."""
+    for ratio in (stream.sample_aspect_ratio, stream.codec_context.sample_aspect_ratio):
+        if ratio is not None and ratio > 0:
+            return Fraction(ratio)
+    return Fraction(1)
+
+
+def _declared_seconds(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> float | None:
+    """The video's duration as the header declares it: Matroska's per-track ``DURATION`` tag (ffmpeg and
+    mkvmerge write it), or its segment duration when the file holds only the video; else ``None``."""
+    tag = stream.metadata.get("DURATION")
+    if tag:
+        try:
+            hours, minutes, seconds = tag.split(":")
+            return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        except ValueError:
+            return None
+    if "matroska" in container.format.name and len(container.streams) == 1 and container.duration:
+        return container.duration / av.time_base
+    return None
+
+
+def upright(image: np.ndarray, rotation: int) -> np.ndarray:
+    """A stored ``(H, W, C)`` image turned ``rotation`` degrees clockwise, as players show it (a view)."""
+    return image if rotation == 0 else np.rot90(image, k=-(rotation // 90))
 
 
 def decoder_threads_per_worker() -> int:

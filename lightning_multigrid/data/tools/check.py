@@ -1,10 +1,14 @@
 """Decode every video of a manifest before training: ``lightning-multigrid check-data``.
 
 Training skips bad videos (and reports them) rather than dying; this finds them all up front, in
-parallel, and summarises the dataset (durations, frame rates, resolutions). Frame datasets (a
-folder of JPEG frames per video) get every frame decoded: missing folders and frames, empty
-folders, damaged and non-JPEG frames are reported by path. A packed frame store reports the videos
-``pack-frames`` left out and decodes every packed frame again.
+parallel, and summarises the dataset (durations, frame rates, resolutions). A video file is decoded
+in full, then read the way training reads it: short clips spread over the video, each reached by
+a seek to the keyframe before it (:meth:`VideoReader.read`), so a file that decodes from the start
+but not after a seek fails here, not in training. Rotated and anamorphic videos are listed with
+how they are read (upright, square pixels; sizes are the displayed ones). Frame datasets (a folder
+of JPEG frames per video) get every frame decoded: missing folders and frames, empty folders,
+damaged, EXIF-oriented and non-JPEG frames are reported by path. A packed frame store reports the
+videos ``pack-frames`` left out and decodes every packed frame again.
 
 Example::
 
@@ -22,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import check_frame_folder
@@ -42,6 +47,11 @@ __all__ = [
     "format_report",
     "incomplete_decode",
 ]
+
+# Clips read after the full decode, as training reads them (evenly spread, the last frames included).
+CHECKED_CLIPS = 9
+# Videos named in the report's geometry notes (the rest are counted).
+_GEOMETRY_NOTES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +88,14 @@ class CheckReport:
 
 
 def check_video(path: str) -> VideoCheck:
-    """Open, probe and decode every frame of one video (no colour conversion)."""
+    """Open, probe and decode every frame of one video (no colour conversion), then read
+    :data:`CHECKED_CLIPS` short clips spread over it as training reads them (seeking)."""
     try:
         with VideoReader(path) as video:
             shortfall = incomplete_decode(video.decode_all(), video.metadata.num_frames)
             if shortfall is not None:
                 return VideoCheck(path, None, shortfall)
+            _read_clips(video)
             return VideoCheck(path, video.metadata)
     except VideoDecodeError as error:
         return VideoCheck(path, None, error.reason)
@@ -97,6 +109,13 @@ def incomplete_decode(decoded: int, expected: int) -> str | None:
     if decoded < expected:
         return f"decoded only {decoded} of its {expected} frames (damaged or truncated)"
     return None
+
+
+def _read_clips(video: VideoReader) -> None:
+    """Read two-frame clips at evenly spread frames as training does; raises VideoDecodeError as training would."""
+    last = video.metadata.num_frames - 1
+    for start in sorted({round(k * last / (CHECKED_CLIPS - 1)) for k in range(CHECKED_CLIPS)}):
+        video.read(ClipParams((start, min(start + 1, last)), 8, 8, 0, 0, 8))
 
 
 def check_frames(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -> VideoCheck:
@@ -206,4 +225,22 @@ def format_report(report: CheckReport) -> str:
             f"resolution      {sizes[0].width}x{sizes[0].height} to {sizes[-1].width}x{sizes[-1].height}, "
             f"short side {min(min(m.width, m.height) for m in good)}-{max(min(m.width, m.height) for m in good)} px",
         ]
+        lines += _geometry_notes(report)
     return "\n".join(lines)
+
+
+def _geometry_notes(report: CheckReport) -> list[str]:
+    """Rotated and anamorphic videos: counted, the first few named, with how they are read."""
+    shaped = [(r.path, r.metadata) for r in report.results if r.metadata is not None and r.metadata.geometry()]
+    if not shaped:
+        return []
+    rotated = sum(m.rotated for _, m in shaped)
+    anamorphic = sum(m.anamorphic for _, m in shaped)
+    lines = [
+        f"geometry        {rotated} rotated, {anamorphic} anamorphic: read as players show them (upright, square "
+        "pixels); sizes above are the displayed ones"
+    ]
+    lines += [f"  {path}: {m.geometry()}, read as {m.width}x{m.height}" for path, m in shaped[:_GEOMETRY_NOTES]]
+    if len(shaped) > _GEOMETRY_NOTES:
+        lines.append(f"  ... and {len(shaped) - _GEOMETRY_NOTES} more")
+    return lines

@@ -3,7 +3,9 @@
 Each video becomes a folder of JPEG frames ``img_00001.jpg, img_00002.jpg, ...`` (mmaction2's
 rawframes naming), at the same relative place under the output directory as the video under the
 manifest's directory, without its extension. Videos are decoded with PyAV in parallel
-processes, optionally resized (short side) and resampled in time (fps). A folder is finished when
+processes, optionally resized (short side) and resampled in time (fps). Frames are written as
+players show the video, as training reads it: a rotated (phone) video upright, an anamorphic one
+stretched to square pixels, at the displayed size the probe reports. A folder is finished when
 its ``.done`` file exists; it records the frame count and the settings (short side, fps, quality):
 an interrupted run picks up where it stopped, redoing only unfinished folders and folders
 extracted with other settings, so one manifest never mixes sizes or frame rates. Videos that
@@ -31,11 +33,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
+import numpy as np
+from PIL import Image
 
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
-from lightning_multigrid.data.decoding.video import VideoReader
+from lightning_multigrid.data.decoding.video import VideoReader, upright
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
 from lightning_multigrid.data.tools.check import VideoCheck
@@ -107,9 +111,11 @@ def extract_video(
     (out / DONE_FILE).unlink(missing_ok=True)
     for stale in out.glob("img_*.jpg"):
         stale.unlink()
-    size = None
+    # Displayed sizes: the stored frames are stretched to square pixels and turned upright.
+    width, height = (metadata.width, metadata.height)
     if short_side is not None:
-        size = resized_size(metadata.width, metadata.height, short_side)
+        width, height = resized_size(metadata.width, metadata.height, short_side)
+    stored_width, stored_height = (height, width) if metadata.rotation in (90, 270) else (width, height)
     written = 0
     next_time = -math.inf
     try:
@@ -122,9 +128,10 @@ def extract_video(
                     if time + 1e-6 < next_time:
                         continue
                     next_time = (math.floor(time * fps + 1e-6) + 1) / fps
-                image = frame.to_image(width=size[0], height=size[1]) if size else frame.to_image()
+                image = frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24")
                 written += 1
-                image.save(out / FRAME_NAME.format(written), quality=quality)
+                picture = Image.fromarray(np.ascontiguousarray(upright(image, metadata.rotation)))
+                picture.save(out / FRAME_NAME.format(written), quality=quality)
     except (av.FFmpegError, OSError) as error:
         raise VideoDecodeError(video, f"decoding failed after {written} frames ({describe_error(error)})") from None
     if written == 0:
