@@ -488,6 +488,15 @@ def upright(image: np.ndarray, rotation: int) -> np.ndarray:
     return image if rotation == 0 else np.rot90(image, k=-(rotation // 90))
 
 
+def displayed_rgb(frame: av.VideoFrame, metadata: VideoMetadata, width: int, height: int) -> np.ndarray:
+    """A decoded frame as players show it at ``width x height`` displayed pixels: uint8 RGB
+    ``(height, width, 3)``, anamorphic pixels stretched square in the conversion, then turned upright.
+    For whole-file decodes (``extract-frames``, ``pack-frames``); clip reads use :meth:`VideoReader.displayed`."""
+    rotation = metadata.rotation
+    stored_width, stored_height = (height, width) if rotation in (90, 270) else (width, height)
+    return np.ascontiguousarray(upright(frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24"), rotation))
+
+
 def decoder_threads_per_worker() -> int:
     """This process's share of the cores: ``cores // DataLoader workers`` in a worker, else all cores."""
     from torch.utils.data import get_worker_info

@@ -33,13 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import av
-import numpy as np
 from PIL import Image
 
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
-from lightning_multigrid.data.decoding.video import VideoReader, upright
+from lightning_multigrid.data.decoding.video import VideoReader, displayed_rgb
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
 from lightning_multigrid.data.tools.check import VideoCheck
@@ -115,7 +114,6 @@ def extract_video(
     width, height = (metadata.width, metadata.height)
     if short_side is not None:
         width, height = resized_size(metadata.width, metadata.height, short_side)
-    stored_width, stored_height = (height, width) if metadata.rotation in (90, 270) else (width, height)
     written = 0
     next_time = -math.inf
     try:
@@ -128,9 +126,8 @@ def extract_video(
                     if time + 1e-6 < next_time:
                         continue
                     next_time = (math.floor(time * fps + 1e-6) + 1) / fps
-                image = frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24")
                 written += 1
-                picture = Image.fromarray(np.ascontiguousarray(upright(image, metadata.rotation)))
+                picture = Image.fromarray(displayed_rgb(frame, metadata, width, height))
                 picture.save(out / FRAME_NAME.format(written), quality=quality)
     except (av.FFmpegError, OSError) as error:
         raise VideoDecodeError(video, f"decoding failed after {written} frames ({describe_error(error)})") from None

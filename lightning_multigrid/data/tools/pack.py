@@ -47,7 +47,7 @@ from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
-from lightning_multigrid.data.decoding.frames import load_checked_frame, open_frame_folder
+from lightning_multigrid.data.decoding.frames import jpeg_end, load_checked_frame, open_frame_folder
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.store.format import HEADER_FILE, PACKING_MARKER, STORE_FORMAT, STORE_VERSION, is_store
 from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
@@ -221,16 +221,22 @@ def _pack_frame_folder(job: _Job) -> _Packed:
     keeps_size = packed.source_size in packed.level_sizes
     for index in range(folder.num_frames):
         with load_checked_frame(folder, index) as image:
-            # A JPEG already at a level's size is stored as it is: read its bytes (checked just now).
-            data = Path(folder.frame_path(index)).read_bytes() if keeps_size else None
+            # A JPEG already at a level's size is stored as it is (checked just now), cut at its end
+            # marker: bytes after it are ignored in every mode, and the store holds only the image.
+            data = _image_bytes(Path(folder.frame_path(index)).read_bytes()) if keeps_size else None
             _add_frame(packed, image, data, job.quality)
     return packed
+
+
+def _image_bytes(data: bytes) -> bytes:
+    end = jpeg_end(data)
+    return data if end is None or end == len(data) else data[:end]
 
 
 def _pack_video_file(job: _Job) -> _Packed:
     import av
 
-    from lightning_multigrid.data.decoding.video import VideoReader
+    from lightning_multigrid.data.decoding.video import VideoReader, displayed_rgb
 
     path = job.entry.path
     with VideoReader(path) as video:  # names missing, empty, non-video files as check-data does
@@ -242,7 +248,9 @@ def _pack_video_file(job: _Job) -> _Packed:
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"  # whole-file decode: frame threads pay off here
             for frame in container.decode(stream):
-                _add_frame(packed, frame.to_image(), None, job.quality)
+                # As players show it (upright, square pixels), as extract-frames writes it.
+                image = Image.fromarray(displayed_rgb(frame, metadata, metadata.width, metadata.height))
+                _add_frame(packed, image, None, job.quality)
                 decoded += 1
     except (av.FFmpegError, OSError) as error:
         raise VideoDecodeError(path, f"decoding failed ({describe_error(error)})") from None
