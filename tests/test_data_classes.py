@@ -261,9 +261,27 @@ def test_a_swapped_validation_set_with_other_classes_is_refused(synthetic_datase
         train_manifest=str(synthetic_dataset.train_manifest), val_manifest=str(synthetic_dataset.val_manifest),
         class_names=str(synthetic_dataset.class_names_file), **BASE,
     )
+    # Integer labels, built without the class-names file: the same targets, accepted.
+    same = EvalVideoDataset(str(synthetic_dataset.val_manifest), num_frames=4, sampling_rate=1, short_side=32, crop_size=32)
+    datamodule.use_datasets(val=same)
+    datamodule.setup("fit")
     other = class_tree(videos, "val", ("x", "y"))
     datamodule.use_datasets(val=EvalVideoDataset(str(other), num_frames=4, sampling_rate=1, short_side=32, crop_size=32))
     with pytest.raises(ManifestError, match=r"`val_manifest` video .*val_x.mp4 is of class 'x', which the training data"):
+        datamodule.setup("fit")
+
+
+def test_a_swapped_multi_label_validation_set_of_another_width_is_refused(videos: VideoFactory, tmp_path: Path) -> None:
+    for i in range(2):
+        videos.coded(f"v{i}.mp4", num_frames=6)
+    (tmp_path / "train.csv").write_text("v0.mp4 0,4\nv1.mp4 1\n")
+    (tmp_path / "val.csv").write_text("v0.mp4 0,2\nv1.mp4 1\n")
+    datamodule = MultigridVideoDataModule(train_manifest=str(tmp_path / "train.csv"), **BASE)
+    datamodule.use_datasets(val=EvalVideoDataset(str(tmp_path / "val.csv"), num_frames=4, sampling_rate=1, short_side=32,
+                                                 crop_size=32))
+    with pytest.raises(ManifestError, match=r"`val_manifest` dataset .*val.csv has 3 classes, multi-label, the training "
+                       r"dataset .*train.csv 5 classes, multi-label: .* Build it on the training classes: pass "
+                       r"`lightning_multigrid.data.manifests.classes.align_classes\("):
         datamodule.setup("fit")
 
 

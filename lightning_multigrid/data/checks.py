@@ -59,13 +59,17 @@ def check_eval_classes(training: Manifest, evaluation: Manifest, argument: str) 
             lacks it; or both sets of class facts and the fix when they differ otherwise.
     """
     aligned = align_classes(evaluation, training, argument)  # raises on a class training lacks
-    if aligned != evaluation:
+    # What the targets are made of: the labels, single- or multi-label, and a multi-hot's width.
+    width = training.num_classes if training.multi_label else None
+    if (evaluation.entries, evaluation.multi_label, evaluation.num_classes if width else None) != (
+        aligned.entries, aligned.multi_label, width
+    ):
         raise ManifestError(
             f"`{argument}` dataset {evaluation.source} has {describe_classes(evaluation)}, the training "
             f"dataset {training.source} {describe_classes(training)}: its labels or targets "
-            "would not match the model's. Build it from the training classes: "
-            "`align_classes(load_manifest(...), train_dataset.manifest, ...)` passed as its manifest, or the same "
-            "`class_names` file."
+            "would not match the model's. Build it on the training classes: pass "
+            "`lightning_multigrid.data.manifests.classes.align_classes(load_manifest(...), train_dataset.manifest, "
+            f"{argument!r})` as its manifest."
         )
 
 
