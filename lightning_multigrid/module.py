@@ -36,11 +36,13 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_int, check_positive_number
 from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
+from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
     LoadedWeights,
     build_backbone,
+    check_slowfast_alpha,
     classifier_keys,
     load_weights,
     make_multigrid_compatible,
@@ -239,6 +241,7 @@ class VideoClassifier(pl.LightningModule):
         self.multi_label = multi_label
         self.slowfast_alpha: int | None = slowfast_alpha
         """Frame-rate ratio used to split a video into ``[slow, fast]``; ``None`` for one pathway."""
+        self._takes_one_clip = isinstance(backbone, str) and slowfast_alpha is None  # a module may take pathways
 
         if multi_label:
             self.val_map = MultilabelAveragePrecision(num_labels=num_classes, average="macro")
@@ -248,6 +251,14 @@ class VideoClassifier(pl.LightningModule):
         self._test_views: list[tuple[torch.Tensor, ...]] = []
         self.test_predictions: VideoPredictions | None = None
         """Per-video predictions of the last test epoch (on every rank)."""
+
+    @override
+    def setup(self, stage: str) -> None:
+        """Refuse a DataModule that splits clips into pathways otherwise than the backbone expects
+        (:func:`~lightning_multigrid.models.pathways.check_slowfast_alpha`), before the first step."""
+        datamodule = getattr(self.trainer, "datamodule", None)  # the Trainer calls this hook
+        if isinstance(datamodule, PathwayDataModule):
+            check_slowfast_alpha(datamodule.slowfast_alpha, self.slowfast_alpha, model_takes_one_clip=self._takes_one_clip)
 
     # ----------------------------------------------------------------------------------------
     # Forward and steps

@@ -122,8 +122,13 @@ def test_output_inside_a_folder_per_class_input_is_not_a_class_on_rerun(
         assert (out / "classnames.txt").read_text() == "abseiling\nair drumming\n"
         assert (out / "videos.txt").read_text() == 'abseiling/v0 0 6\n"air drumming/v1" 1 6\n'
     assert "0 videos extracted, 2 already done" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="is read as class 'frames' of the folder-per-class input"):
-        extract_frames(load_manifest(root), out, workers=1, progress=False)
+    # Training on (or extracting) the video root: the output is no class.
+    assert load_manifest(root).class_names == ("abseiling", "air drumming")
+    assert extract_frames(load_manifest(root), out, workers=1, progress=False).already_done == 2
+    # A folder inside the root that is no extract-frames output yet is listed as a class: refused.
+    (root / "later").mkdir()
+    with pytest.raises(ValueError, match="is read as class 'later' of the folder-per-class input"):
+        extract_frames(load_manifest(root), root / "later", workers=1, progress=False)
 
 
 def test_class_names_with_spaces_round_trip(videos: VideoFactory, tmp_path: Path) -> None:

@@ -186,6 +186,14 @@ def _mixed(frames: FrameFactory) -> Path:
     return folder
 
 
+def _jpg_and_jpeg(frames: FrameFactory) -> Path:
+    """12 frames, the even ones saved as .jpeg (two tools, or a rename, wrote the folder)."""
+    folder = frames.coded("bad", num_frames=12)
+    for n in range(2, 13, 2):
+        (folder / f"img_{n:05d}.jpg").rename(folder / f"img_{n:05d}.jpeg")
+    return folder
+
+
 def damage_huffman_table(frame: Path) -> None:
     """Make a JPEG whose header reads but whose Huffman table is bogus: only a full decode fails."""
     data = bytearray(frame.read_bytes())
@@ -206,6 +214,7 @@ BAD_FOLDERS = {
     "png_named_png": (_png_named_png, "frame 5 is missing"),
     "png_named_jpg": (_png_named_jpg, "img_00005.jpg is not a JPEG (PNG)"),
     "mixed_patterns": (_mixed, "mixes file name patterns"),
+    "jpg_and_jpeg": (_jpg_and_jpeg, "6 frames are named otherwise than the other 6 ('img_{:05d}.jpg')"),
 }
 
 
@@ -249,6 +258,25 @@ def test_allowed_gaps_read_the_frames_there_are(tmp_path: Path, frames: FrameFac
     report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False,
                           layout=FrameLayout(allow_gaps=True))
     assert report.ok and report.results[0].folder is not None and report.results[0].folder.num_frames == 39
+
+
+def test_frames_with_another_ending_are_never_read_as_consecutive(tmp_path: Path, frames: FrameFactory) -> None:
+    """Review leftover: .jpg and .jpeg frames were a gap whose hint, `allow_frame_gaps=True`, then
+    read 6 of the 12 frames as consecutive."""
+    bad = _jpg_and_jpeg(frames)
+    (tmp_path / "m.txt").write_text("bad 0\n")
+    reason = "mixes file endings (.jpg and .jpeg) or zero-padding: rename its frames to one pattern"
+    with pytest.raises(VideoDecodeError, match=re.escape(reason)) as refused:
+        TrainVideoDataset(tmp_path / "m.txt", strict=True, allow_frame_gaps=True)[every_frame(0, 6)]
+    assert "img_00002.jpeg, img_00004.jpeg, img_00006.jpeg, ..." in str(refused.value)
+    assert "allow_frame_gaps" not in str(refused.value)
+    report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False, layout=FrameLayout(allow_gaps=True))
+    assert [r.path for r in report.failures] == [str(bad)] and reason in str(report.failures[0].error)
+    # Renamed to one ending, the folder reads all 12 frames in order.
+    for n in range(2, 13, 2):
+        (bad / f"img_{n:05d}.jpeg").rename(bad / f"img_{n:05d}.jpg")
+    sample = TrainVideoDataset(tmp_path / "m.txt", strict=True, flip=False)[every_frame(0, 12)]
+    assert indices(sample["video"]) == list(range(12))
 
 
 # ---------------------------------------------------------------------------- unreadable files

@@ -12,6 +12,8 @@ from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, 
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
 
+from conftest import FrameFactory, VideoFactory
+
 
 def write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
@@ -184,3 +186,43 @@ def test_folders_with_spaces_round_trip_through_the_frame_manifest(tmp_path: Pat
     assert load_manifest(tmp_path / "train.txt").entries == tuple(entries)
     with pytest.raises(ValueError, match="whitespace and a double quote"):
         write_frame_manifest(tmp_path / "bad.txt", [VideoEntry(str(tmp_path / 'say "hi" now'), (0,), 1)])
+
+
+# ---------------------------------------------------------------------------- one header rule, malformed lines named
+
+
+def test_a_header_line_is_skipped_in_frame_manifests_as_in_video_manifests(
+    tmp_path: Path, frames: FrameFactory, videos: VideoFactory
+) -> None:
+    """Review leftover: `path label` was skipped in a video manifest, `folder label num_frames` refused in a frame one."""
+    for name in ("a", "b"):
+        frames.coded(name, num_frames=6)
+        videos.coded(f"{name}.mp4", num_frames=6)
+    framed = load_manifest(write(tmp_path / "f.txt", "folder label num_frames\na 0 6\nb 1 6\n"))
+    assert framed.format == "frames"
+    assert [(e.path, e.labels, e.num_frames) for e in framed.entries] == [
+        (str(tmp_path / "a"), (0,), 6), (str(tmp_path / "b"), (1,), 6)
+    ]
+    assert [e.line_number for e in framed.entries] == [2, 3]
+    video = load_manifest(write(tmp_path / "v.txt", "path label\na.mp4 0\nb.mp4 1\n"))
+    assert [(e.path, e.labels) for e in video.entries] == [(str(tmp_path / "a.mp4"), (0,)), (str(tmp_path / "b.mp4"), (1,))]
+    # A first line naming a real folder or video with a bad label is an error, not a header.
+    with pytest.raises(ManifestError, match=r"g.txt:1: label 'x' is not a class index"):
+        load_manifest(write(tmp_path / "g.txt", "a x 6\nb 1 6\n"), kind="frames")
+    with pytest.raises(ManifestError, match=r"w.txt:1: label 'x' is not a class index"):
+        load_manifest(write(tmp_path / "w.txt", "a.mp4 x\nb.mp4 1\n"))
+
+
+def test_an_extra_column_is_named_as_a_malformed_line(tmp_path: Path, frames: FrameFactory, videos: VideoFactory) -> None:
+    """Review leftover: an extra column in a frame manifest whose folders exist was reported as
+    "cannot tell ... check `root_dir`"; `a.mp4 0 x` as "no video extension"."""
+    for name in ("a", "b"):
+        frames.coded(name, num_frames=6)
+    with pytest.raises(ManifestError, match=r"f.txt:1: malformed line 'a 0 6 extra': expected `folder label \[num_frames\]`"):
+        load_manifest(write(tmp_path / "f.txt", "a 0 6 extra\nb 1 6 extra\n"))
+    videos.coded("a.mp4", num_frames=6)
+    for name in ("v.txt", "w.txt"):  # the video there, and not
+        text = "a.mp4 0 x\n" if name == "v.txt" else "c.mp4 0 x\n"
+        with pytest.raises(ManifestError, match=rf"{name}:1: malformed line '.\.mp4 0 x': expected `path label`, got 3 "
+                           r"columns .*: remove the columns after the label"):
+            load_manifest(write(tmp_path / name, text))

@@ -2,32 +2,27 @@
 
 ``check_drop_last``: with ``drop_last=True`` an epoch whose grids take more clips per batch than a
 device has trains no step, and Lightning ends the run there (a multigrid run announcing thousands
-of steps returns after 0). ``check_eval_labels``: a validation label the training classes lack
-would fail at the first validation batch, with no file or line named. ``check_store_fits``: a packed
-frame store made for smaller grids than the run draws. ``check_synthetic_arguments``:
-the built-in synthetic dataset's arguments, which exclude the manifests; ``existing_manifest``: a manifest a
-stage needs, given and found.
+of steps returns after 0). ``check_eval_classes``: validation or test data numbering its classes
+otherwise than training would be scored against shifted labels, or fail at the first validation
+batch. ``check_store_fits``: a packed frame store made for smaller grids than the run draws.
+``check_synthetic_arguments``: the built-in synthetic dataset's arguments, which exclude the
+manifests; ``existing_manifest``: a manifest a stage needs, given and found.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Protocol
 
+from lightning_multigrid.data.manifests.classes import align_classes, describe_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import check_texture_cell
 from lightning_multigrid.grid import GridPlan, count_batches
 
 __all__ = [
-    "check_drop_last", "check_eval_labels", "check_store_fits", "check_synthetic_arguments", "existing_manifest",
+    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_arguments", "existing_manifest",
 ]
-
-
-class _HasManifest(Protocol):
-    @property
-    def manifest(self) -> Manifest: ...
 
 
 def check_drop_last(plan: GridPlan, dataset_size: int, world_size: int) -> None:
@@ -56,24 +51,30 @@ def check_drop_last(plan: GridPlan, dataset_size: int, world_size: int) -> None:
             )
 
 
-def check_eval_labels(train: _HasManifest, evaluation: _HasManifest | None, argument: str) -> None:
-    """Raise when an evaluation video has a label outside the training classes.
+def check_eval_classes(training: Manifest, evaluation: Manifest, argument: str) -> None:
+    """Raise unless an evaluation dataset's manifest numbers its classes as the training manifest does.
+
+    The DataModule builds its evaluation datasets mapped onto the training classes
+    (:func:`~lightning_multigrid.data.manifests.classes.align_classes`); one given with
+    ``use_datasets`` must already be.
 
     Raises:
-        ManifestError: naming the evaluation manifest, the line and the label, and the fix.
+        ManifestError: naming the evaluation manifest, the video (and line) and the class when training
+            lacks it; or both sets of class facts and the fix when they differ otherwise.
     """
-    if evaluation is None:
-        return
-    num_classes = train.manifest.num_classes
-    for entry in evaluation.manifest.entries:
-        outside = [label for label in entry.labels if label >= num_classes]
-        if outside:
-            where = f"{evaluation.manifest.source}:{entry.line_number}" if entry.line_number else evaluation.manifest.source
-            raise ManifestError(
-                f"{where}: `{argument}` label {outside[0]} of {entry.name} is not one of the {num_classes} training "
-                f"classes (0-{num_classes - 1}, from {train.manifest.source}): fix the label, or give both "
-                "manifests the same `class_names`."
-            )
+    aligned = align_classes(evaluation, training, argument)  # raises on a class training lacks
+    # What the targets are made of: the labels, single- or multi-label, and a multi-hot's width.
+    width = training.num_classes if training.multi_label else None
+    if (evaluation.entries, evaluation.multi_label, evaluation.num_classes if width else None) != (
+        aligned.entries, aligned.multi_label, width
+    ):
+        raise ManifestError(
+            f"`{argument}` dataset {evaluation.source} has {describe_classes(evaluation)}, the training "
+            f"dataset {training.source} {describe_classes(training)}: its labels or targets "
+            "would not match the model's. Build it on the training classes: pass "
+            "`lightning_multigrid.data.manifests.classes.align_classes(load_manifest(...), train_dataset.manifest, "
+            f"{argument!r})` as its manifest."
+        )
 
 
 def check_store_fits(reader: object, argument: str, short_side: int, what: str) -> None:

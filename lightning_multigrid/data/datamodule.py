@@ -12,6 +12,7 @@ into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -22,7 +23,7 @@ from lightning_multigrid._checks import check_bool
 from lightning_multigrid._internals import iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
-    check_eval_labels,
+    check_eval_classes,
     check_store_fits,
     check_synthetic_arguments,
     existing_manifest,
@@ -37,7 +38,8 @@ from lightning_multigrid.data.loaders import (
     build_eval_loader,
     build_train_loader,
 )
-from lightning_multigrid.data.manifests.entries import ManifestKind, check_manifest_kind
+from lightning_multigrid.data.manifests.classes import align_classes
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind, check_manifest_kind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
@@ -258,13 +260,21 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         val: EvalVideoDataset | None = None,
         test: EvalVideoDataset | None = None,
     ) -> None:
-        """Serve these datasets instead of reading the manifests (``None``: that split as it is); ``setup`` keeps them."""
+        """Serve these datasets instead of reading the manifests (``None``: that split as it is); ``setup`` keeps them.
+
+        Loaders built on the datasets they replace are dropped: the next fit, validation or test
+        serves these. ``setup`` refuses evaluation datasets whose classes are not the training set's.
+        """
         if train is not None:
             self._train_dataset = train
+            self._train_loader.clear()
+            self._precise_bn_loader.clear()
         if val is not None:
             self._val_dataset = val
+            self._drop_eval_loaders("val")
         if test is not None:
             self._test_dataset = test
+            self._drop_eval_loaders("test")
 
     # ------------------------------------------------------------------ Lightning hooks
 
@@ -302,19 +312,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 )
             largest = self.clip_sampling.scales_for_base(self.base_shape.crop_size)[1]
             check_store_fits(self._train_dataset.reader, "train_manifest", largest, "the `jitter_scales` maximum")
-            if self.val_manifest is not None and self._val_dataset is None:
-                self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
-            check_eval_labels(self._train_dataset, self._val_dataset, "val_manifest")
+            if self._val_dataset is not None or self.val_manifest is not None:  # else no validation
+                self._val_dataset = self._checked_eval(self._val_dataset, "val_manifest", self._train_dataset.manifest)
             self._check_batches_left(self._plan)
         elif stage == "validate":
-            if self._val_dataset is None:
-                self._val_dataset = self._eval_dataset("val_manifest", self.val_manifest)
+            self._val_dataset = self._checked_eval(self._val_dataset, "val_manifest", self._training_manifest())
         elif stage == "test":
-            if self._test_dataset is None:
-                argument = "test_manifest" if self.test_manifest is not None else "val_manifest"
-                self._test_dataset = self._eval_dataset(argument, self.test_manifest or self.val_manifest)
-            if self._train_dataset is not None:
-                check_eval_labels(self._train_dataset, self._test_dataset, argument)
+            self._test_dataset = self._checked_eval(self._test_dataset, "test_manifest", self._training_manifest())
         else:
             raise ValueError(f"MultigridVideoDataModule supports fit, validate and test, got stage {stage!r}.")
 
@@ -397,28 +401,56 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             self._eval_loaders[key] = build_eval_loader(dataset, self._loader_settings, rank=rank, world_size=world_size)
         return self._eval_loaders[key]
 
-    def _eval_dataset(self, argument: str, path: str | None) -> EvalVideoDataset:
+    def _checked_eval(self, dataset: EvalVideoDataset | None, argument: str, training: Manifest | None) -> EvalVideoDataset:
+        """The split's dataset (read from its manifest if not there yet), its classes checked against
+        training's; ``test_manifest`` defaults to the validation manifest."""
+        if argument == "test_manifest" and self.test_manifest is None:
+            argument = "val_manifest"
+        if dataset is None:
+            path = existing_manifest(argument, getattr(self, argument))
+            dataset = self._eval_dataset(argument, path, training)
+        if training is not None:
+            check_eval_classes(training, dataset.manifest, argument)
+        return dataset
+
+    def _eval_dataset(self, argument: str, path: str, training: Manifest | None) -> EvalVideoDataset:
+        """The evaluation views of a manifest, its classes mapped onto the training classes
+        (:func:`~lightning_multigrid.data.manifests.classes.align_classes`): training owns them."""
+        names: str | tuple[str, ...] | None = None
+        if not Path(path).is_dir():  # a folder per class names its own classes
+            # Without a class-names file, labels written as names read as the training classes.
+            names = self.class_names or (training.class_names if training is not None else None)
+        manifest = load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
         base, sampling = self.base_shape, self.clip_sampling
         dataset = EvalVideoDataset(
-            existing_manifest(argument, path),
+            manifest if training is None else align_classes(manifest, training, argument),
             num_frames=base.num_frames,
             crop_size=base.crop_size,
             sampling_rate=sampling.sampling_rate,
             short_side=sampling.scales_for_base(base.crop_size)[0],  # the minimum training short side
             num_views=self.eval_views.num_views,
             num_crops=self.eval_views.num_crops,
-            root=self.root_dir,
-            class_names=self.class_names,
             strict=self._transfer.strict,
             slowfast_alpha=self.slowfast_alpha,
             metadata_file=self.metadata_file,
             frame_decode=self.frame_decode,
             filename_tmpl=self.filename_tmpl,
             allow_frame_gaps=self.allow_frame_gaps,
-            manifest_kind=self.manifest_kind,
         )
         check_store_fits(dataset.reader, argument, dataset.short_side, "the evaluation short side")
         return dataset
+
+    def _training_manifest(self) -> Manifest | None:
+        """The owner of the class facts: the training set's manifest, read if not set up; ``None`` without one."""
+        if self._train_dataset is not None:
+            return self._train_dataset.manifest
+        if self.train_manifest is None:
+            return None
+        path = existing_manifest("train_manifest", self.train_manifest)
+        return load_manifest(path, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind)
+
+    def _drop_eval_loaders(self, split: str) -> None:
+        self._eval_loaders = {key: loader for key, loader in self._eval_loaders.items() if key[0] != split}
 
     def _check_batches_left(self, plan: GridPlan) -> None:
         """With ``drop_last``, refuse a plan with an epoch of 0 batches (it would end the run there)."""

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 # Torch only, and `preflight` is also a submodule's name: a lazy function would lose to the module.
 from lightning_multigrid.models.heads import convert_head_pooling, find_fixed_head_pools, make_multigrid_compatible
-from lightning_multigrid.models.pathways import slowfast_pathways
+from lightning_multigrid.models.pathways import check_slowfast_alpha, slowfast_pathways
 from lightning_multigrid.models.preflight import FixedHeadPoolWarning, preflight
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ __all__ = [
     "LoadedWeights",
     "TinyVideoNet",
     "build_backbone",
+    "check_slowfast_alpha",
     "classifier_keys",
     "convert_head_pooling",
     "find_fixed_head_pools",

@@ -150,7 +150,9 @@ def select_frames(folder: str, names: Iterable[str], layout: FrameLayout) -> Fra
 
     Raises:
         FrameNameError: when no file is a frame, when the folder mixes name patterns and no
-            template is given, or when frame numbers skip and ``layout.allow_gaps`` is off.
+            template is given, when frames are named with another ending or padding than the
+            template's (``img_00002.jpeg`` beside ``img_00001.jpg``: never a gap, even with
+            ``layout.allow_gaps``), or when frame numbers skip and ``layout.allow_gaps`` is off.
     """
     files = sorted(names)
     template = _template_of(folder, files, layout)
@@ -161,6 +163,7 @@ def select_frames(folder: str, names: Iterable[str], layout: FrameLayout) -> Fra
             f"({_describe_files(files)}): pass `filename_tmpl` with the frames' names"
         )
     numbers = [n for n, _ in numbered]
+    _check_other_endings(files, template, set(numbers))
     first = numbers[0]
     consecutive = numbers[-1] - first + 1 == len(numbers)
     if not consecutive and not layout.allow_gaps:
@@ -198,6 +201,24 @@ def _template_of(folder: str, files: list[str], layout: FrameLayout) -> _Templat
     # Zero-padded to the narrowest width seen: 1.jpg .. 12.jpg is unpadded, 0001 .. 10000 four digits.
     digits = min(len(m.group(2)) for name in files if (m := _NUMBERED_JPEG.match(name)) and m.group(1) == prefix)
     return _Template(prefix, digits, suffix)
+
+
+def _check_other_endings(files: list[str], template: _Template, numbers: set[int]) -> None:
+    """Refuse frames the template does not name only by their ending or padding (``.jpeg`` beside
+    ``.jpg``): read as a gap, or as consecutive frames with ``allow_gaps``, half the video is lost."""
+    others = sorted(
+        (int(match.group(2)), name)
+        for name in files
+        if (match := _NUMBERED_JPEG.match(name)) and match.group(1) == template.prefix
+        and template.number_of(name) is None and int(match.group(2)) not in numbers
+    )
+    if others:
+        shown = ", ".join(name for _, name in others[:3]) + (", ..." if len(others) > 3 else "")
+        raise FrameNameError(
+            f"{len(others)} frames are named otherwise than the other {len(numbers)} ({template.text!r}): {shown}. "
+            "The folder mixes file endings (.jpg and .jpeg) or zero-padding: rename its frames to one pattern "
+            "(or extract the video again)"
+        )
 
 
 def _gap_message(numbers: list[int], template: str) -> str:

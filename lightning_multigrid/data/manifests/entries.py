@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ __all__ = [
     "VideoEntry",
     "check_manifest_kind",
     "check_root",
+    "is_header",
     "labels_parse",
     "num_classes_of",
     "parse_labels",
@@ -218,6 +220,24 @@ def split_line(line: str) -> list[tuple[str, str]]:
         if video.strip() and labels.strip():
             candidates.append((video.strip(), labels.strip()))
     return candidates
+
+
+def is_header(line: str, index_of: dict[str, int] | None, base: Path) -> bool:
+    """Whether a manifest's first line is a column header (``path label``, ``folder label num_frames``).
+
+    One rule for video and frame manifests: none of its words is a number, a class name, a path
+    (a folder separator or a video extension) or a file or folder under ``base``. A first line
+    that is a video with a bad label is then an error, not a skipped header.
+    """
+    words = [w.strip('"') for w in re.split(r"[\s,]+", line) if w.strip('"')]
+    return bool(words) and not any(
+        labels_parse(word, index_of)
+        or "/" in word
+        or "\\" in word
+        or Path(word).suffix.lower() in VIDEO_EXTENSIONS
+        or (base / word).exists()
+        for word in words
+    )
 
 
 def labels_parse(label_field: str, index_of: dict[str, int] | None) -> bool:

@@ -6,7 +6,8 @@ Two formats:
   (mmaction2's rawframes list; ``lightning-multigrid extract-frames`` writes it). Folders are
   relative to a root (default: the manifest's directory); the label field is a class index, a
   comma-separated list (multi-label) or a class name with ``class_names``; ``num_frames``, when
-  given, is checked against the folder when the video is first read::
+  given, is checked against the folder when the video is first read; a header line is skipped as
+  in video manifests (:func:`~lightning_multigrid.data.manifests.entries.is_header`)::
 
       train/abseiling/-3B32lodo2M 0 300
       train/air_drumming/-VtLx-mcPds 1 298
@@ -26,6 +27,7 @@ Both give a :class:`~lightning_multigrid.data.manifests.entries.Manifest` with `
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,6 +37,7 @@ from lightning_multigrid.data.manifests.entries import (
     ManifestError,
     VideoEntry,
     check_root,
+    is_header,
     labels_parse,
     num_classes_of,
     parse_labels,
@@ -42,6 +45,8 @@ from lightning_multigrid.data.manifests.entries import (
 )
 
 __all__ = ["FRAME_CSV_HEADER", "manifest_field", "read_frame_manifest", "split_fields", "write_frame_manifest"]
+
+logger = logging.getLogger("lightning_multigrid.data")
 
 FRAME_CSV_HEADER: tuple[str, ...] = ("original_vido_id", "video_id", "frame_id", "path", "labels")
 
@@ -79,6 +84,9 @@ def read_frame_manifest(
     if lines and tuple(lines[0][1].split()[:5]) == FRAME_CSV_HEADER:
         entries = _read_frame_csv(lines[1:], base, index_of, file)
     else:
+        if lines and is_header(lines[0][1], index_of, base):
+            logger.info("%s:%d: skipped the header line %r.", file, *lines[0])
+            lines = lines[1:]
         entries = [_read_folder_line(n, line, base, index_of, file) for n, line in lines]
     if not entries:
         raise ManifestError(f"{file}: the manifest lists no videos: write one `folder label [num_frames]` line per video.")

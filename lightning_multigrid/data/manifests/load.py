@@ -130,9 +130,11 @@ def _vote(line: str, base: Path | None) -> str | None:
     if splits and len(splits[0]) == 3 and splits[0][2].isdigit():
         return "frames"
     if base is not None:
-        paths = [f[0] for f in splits]
+        # Every reading's first field, also of a line with an extra column (then named by the reader).
+        paths = [f[0] for f in split_fields(line) if f and f[0]]
         if any((base / p).is_dir() for p in [*paths, *candidates]):
             return "frames"
-        if any((base / p).is_file() for p in candidates):
+        if any((base / p).is_file() for p in [*candidates, *paths]):
             return "video"
-    return None
+    words = line.split()
+    return "video" if words and Path(words[0]).suffix.lower() in VIDEO_EXTENSIONS else None  # `a.mp4 0 x`

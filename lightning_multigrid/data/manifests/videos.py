@@ -11,7 +11,8 @@ Three layouts, the ones video datasets ship with:
 
 - **multi-label** lines (Charades style): the label field is a comma-separated list,
   ``path 3,17,42``; a manifest with any such line is multi-label;
-- a **folder per class**: ``root/<class>/<video>``, classes in sorted name order.
+- a **folder per class**: ``root/<class>/<video>``, classes in sorted name order. A folder holding
+  :data:`FRAMES_OUTPUT_MARKER` is an ``extract-frames`` output placed inside the root, never a class.
 
 Labels are read as :mod:`~lightning_multigrid.data.manifests.entries` says.
 
@@ -24,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,6 +36,7 @@ from lightning_multigrid.data.manifests.entries import (
     ManifestError,
     VideoEntry,
     check_root,
+    is_header,
     labels_parse,
     num_classes_of,
     parse_labels,
@@ -41,7 +44,13 @@ from lightning_multigrid.data.manifests.entries import (
     split_line,
 )
 
-__all__ = ["read_folder_manifest", "read_manifest", "write_manifest"]
+__all__ = ["FRAMES_OUTPUT_MARKER", "read_folder_manifest", "read_manifest", "write_manifest"]
+
+logger = logging.getLogger("lightning_multigrid.data")
+
+# Written by `extract-frames` into its output folder: a folder-per-class listing leaves it out, so an
+# output placed inside a video root never becomes a class (which would shift every later label).
+FRAMES_OUTPUT_MARKER = ".extract-frames"
 
 
 def read_manifest(
@@ -89,9 +98,12 @@ def read_manifest(
                     f"{file}:{line_number}: malformed line {line!r}: expected `path label` "
                     "(or `path label1,label2` for multi-label), separated by whitespace or a comma."
                 )
-            parsed = [c for c in candidates if labels_parse(c[1], index_of)]
-            if not parsed and is_first and all(_is_header(video) for video, _ in candidates):
+            if is_first and is_header(line, index_of, base):
+                logger.info("%s:%d: skipped the header line %r.", file, line_number, line)
                 continue
+            parsed = [c for c in candidates if labels_parse(c[1], index_of)]
+            if not parsed:
+                _check_columns(line, candidates, file, line_number)
             video, label_field = (parsed or candidates)[0]
             labels = parse_labels(label_field, index_of, file, line_number, line)
             any_multi = any_multi or len(labels) > 1
@@ -114,9 +126,9 @@ def read_folder_manifest(
     Args:
         root: the directory holding one sub-directory per class.
         extensions: file name endings of videos (case-insensitive); other files are ignored.
-        exclude: folders that are not classes, such as an output folder placed inside ``root``
-            (``extract-frames`` passes its own): a sub-directory that is one, or that holds one
-            and no video, is left out.
+        exclude: folders that are not classes, such as an output folder placed inside ``root``:
+            a sub-directory that is one, or that holds one and no video, is left out; so is one
+            holding :data:`FRAMES_OUTPUT_MARKER` (an ``extract-frames`` output), with an info log.
 
     Raises:
         FileNotFoundError: when ``root`` is not a directory.
@@ -166,6 +178,9 @@ def write_manifest(
 
 
 def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) -> bool:
+    if (folder / FRAMES_OUTPUT_MARKER).is_file():
+        logger.info("%s: left out of the classes: it is an `extract-frames` output (it holds %s).", folder, FRAMES_OUTPUT_MARKER)
+        return True
     resolved = folder.resolve()
     if resolved in excluded:
         return True
@@ -173,6 +188,13 @@ def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) 
     return holds_excluded and not any(f.is_file() and f.name.lower().endswith(suffixes) for f in folder.iterdir())
 
 
-def _is_header(video: str) -> bool:
-    """A first line like ``path label`` has no path to a video where the path should be."""
-    return not ("/" in video or "\\" in video or Path(video).suffix.lower() in VIDEO_EXTENSIONS)
+def _check_columns(line: str, candidates: list[tuple[str, str]], file: Path, line_number: int) -> None:
+    """Name a line with columns after its video's label (``a.mp4 0 x``), rather than reading ``x`` as a label."""
+    words = line.split()
+    if len(words) > 2 and Path(words[0]).suffix.lower() in VIDEO_EXTENSIONS and not any(
+        Path(video).suffix.lower() in VIDEO_EXTENSIONS for video, _ in candidates
+    ):
+        raise ManifestError(
+            f"{file}:{line_number}: malformed line {line!r}: expected `path label`, got {len(words)} columns "
+            f"{words}: remove the columns after the label (a multi-label line is `path 3,17,42`)."
+        )

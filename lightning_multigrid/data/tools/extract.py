@@ -6,15 +6,23 @@ manifest's directory, without its extension. Videos are decoded with PyAV in par
 processes, optionally resized (short side) and resampled in time (fps). Frames are written as
 players show the video, as training reads it: a rotated (phone) video upright, an anamorphic one
 stretched to square pixels, at the displayed size the probe reports. A folder is finished when
-its ``.done`` file exists; it records the frame count and the settings (short side, fps, quality):
-an interrupted run picks up where it stopped, redoing only unfinished folders and folders
-extracted with other settings, so one manifest never mixes sizes or frame rates. Videos that
-cannot be decoded are reported as ``check-data`` reports them, and left out of the written
-manifest (``folder label num_frames`` lines; a folder with spaces in double quotes).
+its ``.done`` file exists; it records the video it holds, the frame count and the settings (short
+side, fps, quality): an interrupted run picks up where it stopped, redoing only unfinished folders
+and folders extracted with other settings, so one manifest never mixes sizes or frame rates; a
+folder finished for another video (the train and val manifests extracted into one output, with
+videos of the same names) is refused, never reused. Videos that cannot be decoded are reported as
+``check-data`` reports them, and left out of the written manifest (``folder label num_frames``
+lines; a folder with spaces in double quotes).
+
+Class names go to ``classnames.txt`` in the output, and the manifest's labels are indices into it.
+A file already there (another split's) is never rewritten: this manifest's labels are numbered by
+its names, and names it lacks are appended, so every split extracted into one output keeps one
+numbering, even one that lacks a class.
 
 Safe to re-run: everything that would fail at the end (the manifest's path, a folder name no
 manifest line can hold) is refused before the first video is decoded; the output never becomes
-part of the input (a folder-per-class input skips the output folder) and never overwrites it;
+part of the input (the output is marked with ``FRAMES_OUTPUT_MARKER``, and a folder-per-class
+listing, here or when training on the videos, never reads it as a class) and never overwrites it;
 an interrupted run (Ctrl-C, ``SIGTERM``) leaves no worker process behind.
 
 Example::
@@ -39,8 +47,9 @@ from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
 from lightning_multigrid.data.decoding.video import VideoReader, displayed_rgb
-from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
+from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry, read_class_names
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
+from lightning_multigrid.data.manifests.videos import FRAMES_OUTPUT_MARKER
 from lightning_multigrid.data.tools.check import VideoCheck
 from lightning_multigrid.data.tools.processes import map_in_processes
 
@@ -70,14 +79,14 @@ class ExtractReport:
 
 @dataclass(frozen=True, slots=True)
 class _Settings:
-    """What decides a folder's frames; recorded in its ``.done`` file."""
+    """What decides a folder's frames; recorded in its ``.done`` file with the video and its frame count."""
 
     short_side: int | None
     fps: float | None
     quality: int
 
-    def record(self, num_frames: int) -> str:
-        return json.dumps({"num_frames": num_frames, **asdict(self)})
+    def record(self, num_frames: int, video: str) -> str:
+        return json.dumps({"video": _identity(video), "num_frames": num_frames, **asdict(self)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +143,7 @@ def extract_video(
     if written == 0:
         raise VideoDecodeError(video, "no frame could be decoded")
     # Written last: its presence means the folder is complete (with these settings).
-    (out / DONE_FILE).write_text(_Settings(short_side, fps, quality).record(written), encoding="utf-8")
+    (out / DONE_FILE).write_text(_Settings(short_side, fps, quality).record(written, video), encoding="utf-8")
     return written
 
 
@@ -164,7 +173,9 @@ def extract_frames(
     Raises:
         ValueError: before any video is decoded: on out-of-range options, a frame manifest as
             input, two videos that would share a folder, a folder name no manifest line can
-            hold, or an output that would overwrite the input manifest or lie inside the input.
+            hold, an output that would overwrite the input manifest or lie inside the input, or a
+            frame folder an earlier run finished for another video.
+        ManifestError: when the output's ``classnames.txt`` cannot be read.
     """
     _check_options(manifest, short_side, fps, quality, workers)
     out = Path(output_dir)
@@ -173,29 +184,31 @@ def extract_frames(
     _check_output(manifest, out, manifest_path, manifest_name, folders)
     for folder in folders:
         manifest_field(Path(os.path.relpath(folder, out)).as_posix())  # refused now, not after extracting
-    out.mkdir(parents=True, exist_ok=True)
+    class_names, label_of = _output_classes(out / "classnames.txt", manifest.class_names)
     settings = _Settings(short_side, fps, quality)
     done: dict[str, int] = {}
     jobs = []
     redone = 0
     for entry, folder in zip(manifest.entries, folders):
-        count, same = _finished(folder, settings)
+        count, same = _finished(folder, settings, entry.path)
         if count is not None and same:
             done[entry.path] = count
         else:
             redone += count is not None
             jobs.append(_Job(entry.path, folder, settings))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / FRAMES_OUTPUT_MARKER).write_text("lightning-multigrid extract-frames output: not a class folder\n")
     already_done = len(done)
     failures: list[VideoCheck] = []
     _run_jobs(jobs, workers, progress, done, failures)
     entries = [
-        VideoEntry(folder, entry.labels, done[entry.path])
+        VideoEntry(folder, tuple(label_of.get(label, label) for label in entry.labels), done[entry.path])
         for entry, folder in zip(manifest.entries, folders)
         if entry.path in done
     ]
     write_frame_manifest(manifest_path, entries, root=out)
-    if manifest.class_names is not None:
-        _write_class_names(out / "classnames.txt", manifest.class_names)
+    if class_names is not None:
+        _write_class_names(out / "classnames.txt", class_names)
     return ExtractReport(manifest_path, len(done) - already_done, already_done, tuple(failures), redone)
 
 
@@ -234,6 +247,17 @@ def _check_output(
 
 def _is_within(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
+
+
+def _output_classes(path: Path, names: tuple[str, ...] | None) -> tuple[tuple[str, ...] | None, dict[int, int]]:
+    """The output's class names (those of its ``classnames.txt``, this manifest's new ones appended)
+    and each of this manifest's class indices in them; a split never renumbers another's classes."""
+    if names is None:
+        return None, {}
+    existing = read_class_names(path) if path.is_file() else ()
+    merged = (*existing, *(name for name in names if name not in existing))
+    index_of = {name: i for i, name in enumerate(merged)}
+    return merged, {i: index_of[name] for i, name in enumerate(names)}
 
 
 def _write_class_names(path: Path, names: tuple[str, ...]) -> None:
@@ -286,8 +310,13 @@ def _record(job: _Job, count: int, error: str | None, done: dict[str, int], fail
         failures.append(VideoCheck(job.video, None, error))
 
 
-def _finished(folder: str, settings: _Settings) -> tuple[int | None, bool]:
-    """``(frame count, extracted with settings)`` of a finished folder; ``(None, False)`` if unfinished."""
+def _finished(folder: str, settings: _Settings, video: str) -> tuple[int | None, bool]:
+    """``(frame count, extracted from video with settings)`` of a finished folder; ``(None, False)``
+    if unfinished.
+
+    Raises:
+        ValueError: when the folder was finished for another video: it is never reused for this one.
+    """
     try:
         record = json.loads((Path(folder) / DONE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -296,8 +325,22 @@ def _finished(folder: str, settings: _Settings) -> tuple[int | None, bool]:
         return record, False
     if not isinstance(record, dict) or not isinstance(record.get("num_frames"), int):
         return None, False
+    owner = record.get("video")
+    if owner is not None and owner != _identity(video):
+        raise ValueError(
+            f"The frame folder {folder} holds the frames of video {owner} (extracted earlier), not of {video}: "
+            "two videos map to it (two manifests of videos with the same names extracted into one `output_dir`?). "
+            f"Extract each manifest into its own `output_dir` (e.g. frames/train and frames/val), or delete {folder} "
+            "to extract this video there."
+        )
     recorded = {k: record.get(k) for k in ("short_side", "fps", "quality")}
-    return record["num_frames"], recorded == asdict(settings)
+    # Without a recorded video (an earlier version), which video it holds is unknown: redo it.
+    return record["num_frames"], owner is not None and recorded == asdict(settings)
+
+
+def _identity(video: str) -> str:
+    """The video a folder holds, as its ``.done`` records it: the absolute path, links resolved."""
+    return str(Path(video).resolve())
 
 
 def _folders_for(manifest: Manifest, out: Path) -> list[str]:
