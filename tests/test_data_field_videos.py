@@ -34,6 +34,7 @@ from lightning_multigrid.data.decoding.video import VideoReader, probe_video
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.data.tools.pack import pack_frames
 
 from conftest import FrameFactory, VideoFactory
 
@@ -131,6 +132,12 @@ def test_a_phone_video_is_read_upright_in_training_extract_and_check_data(tmp_pa
     assert report.failures == ()
     with Image.open(tmp_path / "frames" / "phone" / "img_00006.jpg") as frame:
         assert close(np.asarray(frame.convert("RGB")), shown)
+    # pack-frames straight from the video stores it upright too (level 0 of a 32 crop: 46 px short side).
+    packed = pack_frames(load_manifest(tmp_path / "m.txt"), tmp_path / "phone.store", crop_size=32, workers=1, progress=False)
+    assert packed.failures == ()
+    stored_frame = TrainVideoDataset(tmp_path / "phone.store", frame_decode="device")[ClipRequest(0, 1, 32, (1.0, 1.0), (46, 46), 0)]
+    with Image.open(io.BytesIO(bytes(stored_frame["video"].jpegs[0]))) as frame:
+        assert (frame.width > frame.height) == (shown.shape[1] > shown.shape[0])
     check = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
     text = format_report(check)
     assert check.ok and "1 rotated, 0 anamorphic" in text
@@ -304,6 +311,9 @@ def test_bad_videos_are_named_and_skipped_alike_by_training_check_data_and_extra
     extracted = extract_frames(load_manifest(manifest), tmp_path / "frames", workers=1, progress=False)
     assert [r.path for r in extracted.failures] == [str(bad)] and reason in str(extracted.failures[0].error)
     assert extracted.extracted == 1
+    packed = pack_frames(load_manifest(manifest), tmp_path / "m.store", crop_size=32, workers=1, progress=False)
+    assert [r.path for r in packed.failures] == [str(bad)] and reason in str(packed.failures[0].error)
+    assert packed.videos == 1
 
 
 def test_an_uncut_webm_passes(tmp_path: Path) -> None:
@@ -418,6 +428,8 @@ def read_all_modes(manifest: Path, strict: bool) -> dict[str, list[str]]:
     skipped["device"] = [*batch["skipped"], *decode_batch(batch["video"], "cpu", strict=strict).skipped]
     report = check_videos(load_manifest(manifest), workers=1, progress=False)
     skipped["check-data"] = [r.path for r in report.failures]
+    store = manifest.with_suffix(".store")
+    skipped["pack-frames"] = [r.path for r in pack_frames(load_manifest(manifest), store, 32, workers=1, progress=False).failures]
     return skipped
 
 
@@ -429,7 +441,7 @@ def test_exif_oriented_frames_are_refused_alike_in_every_mode(tmp_path: Path, fr
     frames.coded("good", num_frames=12)
     (tmp_path / "m.txt").write_text("bad 1\ngood 0\n")
     skipped = read_all_modes(tmp_path / "m.txt", strict=False)
-    assert skipped == {mode: [str(bad)] for mode in ("train", "eval", "device", "check-data")}
+    assert skipped == {mode: [str(bad)] for mode in ("train", "eval", "device", "check-data", "pack-frames")}
     report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
     assert f"img_{tagged[0]:05d}.jpg has EXIF orientation 6" in str(report.failures[0].error)
     for decode in ("workers", "device"):
@@ -447,7 +459,7 @@ def test_an_upright_exif_tag_is_fine(tmp_path: Path, frames: FrameFactory) -> No
         frame.write_bytes(_jpeg(pixels, orientation=1))
     frames.coded("good", num_frames=12)
     (tmp_path / "m.txt").write_text("v 1\ngood 0\n")
-    assert read_all_modes(tmp_path / "m.txt", strict=True) == {m: [] for m in ("train", "eval", "device", "check-data")}
+    assert read_all_modes(tmp_path / "m.txt", strict=True) == {m: [] for m in ("train", "eval", "device", "check-data", "pack-frames")}
 
 
 def test_bytes_after_the_jpeg_end_marker_are_ignored_in_every_mode(tmp_path: Path, frames: FrameFactory) -> None:
@@ -460,7 +472,7 @@ def test_bytes_after_the_jpeg_end_marker_are_ignored_in_every_mode(tmp_path: Pat
         frame = folder / f"img_{n:05d}.jpg"
         frame.write_bytes(frame.read_bytes() + trailer)
     (tmp_path / "m.txt").write_text("v 0\nplain 1\n")
-    assert read_all_modes(tmp_path / "m.txt", strict=True) == {m: [] for m in ("train", "eval", "device", "check-data")}
+    assert read_all_modes(tmp_path / "m.txt", strict=True) == {m: [] for m in ("train", "eval", "device", "check-data", "pack-frames")}
     request = ClipRequest(0, 12, 32, (1.0, 1.0), (40, 48), 0)
     device = TrainVideoDataset(tmp_path / "m.txt", flip=False, frame_decode="device")
     encoded = device[request]["video"]
@@ -470,6 +482,9 @@ def test_bytes_after_the_jpeg_end_marker_are_ignored_in_every_mode(tmp_path: Pat
     untouched = TrainVideoDataset(tmp_path / "m.txt", flip=False)[request._replace(index=1)]["video"]
     assert close(workers.numpy(), untouched.numpy(), 0.01)  # the trailer changes nothing
     assert close(on_device.numpy(), workers.numpy(), 3)
+    # The store packed from them holds each frame cut at its end marker, read alike by both decoders.
+    store = TrainVideoDataset(tmp_path / "m.store", flip=False, frame_decode="device")[request]["video"]
+    assert all(bytes(jpeg).endswith(b"\xff\xd9") and b"MOTION" not in bytes(jpeg) for jpeg in store.jpegs)
 
 
 def test_jpeg_end_walks_the_markers() -> None:
