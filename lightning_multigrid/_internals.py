@@ -75,9 +75,8 @@ def finish_epoch_saved_at_its_last_batch(trainer: pl.Trainer) -> bool:
     loop only starts the new epoch at batch 0 when the finished epoch had at least as many batches
     as the new one (it compares with the new loader's length). Multigrid epochs differ in length,
     so a longer next epoch went on at batch ``n_e``: its first ``n_e`` batch indices skipped, the
-    epoch ended ``n_e`` batches early. This does what the epoch loop does when the lengths allow,
-    and what the skipped end of epoch ``e`` would have done to epoch-interval LR schedulers.
-    Call it after the fit loop's reset (``on_train_start``); returns whether it applied.
+    epoch ended ``n_e`` batches early. This does what the epoch loop does when the lengths allow
+    (epoch-interval schedulers were stepped before the save: nothing to do for them). Call it after the fit loop's reset (``on_train_start``); returns whether it applied.
     """
     fit_loop = trainer.fit_loop
     epoch_loop = fit_loop.epoch_loop
@@ -96,17 +95,7 @@ def finish_epoch_saved_at_its_last_batch(trainer: pl.Trainer) -> bool:
     epoch_loop.automatic_optimization.optim_progress.reset_on_run()
     epoch_loop.val_loop.batch_progress.total.reset()
     epoch_loop.reset_restart_stage()  # so the epoch loop does not count the batch completed again
-    _step_epoch_schedulers(trainer, finished_epoch=trainer.current_epoch - 1)
     return True
-
-
-def _step_epoch_schedulers(trainer: pl.Trainer, finished_epoch: int) -> None:
-    """What the fit loop's end of ``finished_epoch`` does to epoch-interval schedulers (metric ones aside)."""
-    if not trainer.lightning_module.automatic_optimization:
-        return
-    for config in trainer.lr_scheduler_configs:
-        if config.interval == "epoch" and not config.reduce_on_plateau and (finished_epoch + 1) % config.frequency == 0:
-            trainer.lightning_module.lr_scheduler_step(config.scheduler, None)
 
 
 def setting_owner(trainer: pl.Trainer, name: str) -> Any:

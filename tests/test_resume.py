@@ -128,8 +128,8 @@ def test_resume_from_any_position_ends_with_identical_weights(
 
 
 def test_epoch_schedulers_step_after_a_last_batch_checkpoint(synthetic_dataset, train_manifest, tmp_path):
-    # With `manage_lr=False` the user's epoch scheduler sets the LR; the end of the saved epoch,
-    # which the resume skips, must still step it (MultiStepLR at 2 -> 0.1x from epoch 2 on).
+    # With `manage_lr=False` the user's epoch scheduler sets the LR: stepped once for the saved
+    # epoch's end, which the resume skips (MultiStepLR at 2 -> 0.1x from epoch 2 on).
     def callback() -> MultigridCallback:
         return MultigridCallback(bn_base_size=2, precise_bn_batches=0, manage_lr=False, milestones=[2])
 
