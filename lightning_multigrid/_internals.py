@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
     import pytorch_lightning as pl
 
 __all__ = [
-    "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "iterations_done_in_epoch", "layer_sync_of", "sequential_lr_parts", "setting_owner",
+    "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "iterations_done_in_epoch", "layer_sync_of",
+    "sequential_lr_parts", "setting_owner",
 ]
 
 
@@ -76,7 +77,8 @@ def finish_epoch_saved_at_its_last_batch(trainer: pl.Trainer) -> bool:
     as the new one (it compares with the new loader's length). Multigrid epochs differ in length,
     so a longer next epoch went on at batch ``n_e``: its first ``n_e`` batch indices skipped, the
     epoch ended ``n_e`` batches early. This does what the epoch loop does when the lengths allow
-    (epoch-interval schedulers were stepped before the save: nothing to do for them). Call it after the fit loop's reset (``on_train_start``); returns whether it applied.
+    (epoch-interval schedulers were stepped before the save: nothing to do for them).
+    Call it after the fit loop's reset (``on_train_start``); returns whether it applied.
     """
     fit_loop = trainer.fit_loop
     epoch_loop = fit_loop.epoch_loop

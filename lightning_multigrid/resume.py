@@ -63,9 +63,9 @@ def check_same_base(restored: MultigridConfig, config: MultigridConfig) -> None:
         f"MultigridCallback: the checkpoint's multigrid schedule was built for {saved}, but this run's DataModule "
         f"has {now}. Every grid, epoch and LR factor of the schedule follows from the base shape and the clip "
         "sampling, so the run cannot go on exactly with other ones (it would serve the checkpoint's grids, not "
-        "yours). Resume with the DataModule's settings of the checkpoint; for less memory per step, keep the batch "
-        "and use `Trainer(accumulate_grad_batches=...)` only in a new run. Or start a new run from the checkpoint's "
-        "weights: `model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`."
+        "yours). Resume with the checkpoint's DataModule settings; for a smaller batch (less memory per step), start "
+        "a new run from the checkpoint's weights: `model.load_state_dict(torch.load(path)['state_dict'])`, then "
+        "`fit` without `ckpt_path`."
     )
 
 

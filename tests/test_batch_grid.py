@@ -7,8 +7,9 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import pytorch_lightning as pl
 import torch
+from test_callback_settings import IndexRecordingNet
+from test_resume import ExampleData, run
 from torch.utils.data import DataLoader
 
 from lightning_multigrid import EpochShardSampler, FixedGrid, GridShape, ShortCycleBatchSampler
@@ -17,8 +18,6 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.dataset import TrainVideoDataset
 
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
-from test_callback_settings import IndexRecordingNet
-from test_resume import ExampleData, run
 
 GRID = GridShape(batch_size=4, num_frames=8, crop_size=16)
 

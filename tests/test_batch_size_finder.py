@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 from pytorch_lightning.tuner import Tuner
+from test_callback_settings import IndexRecordingNet
 
 from lightning_multigrid.callback import MultigridCallback
 
 from test_callback import make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
-from test_callback_settings import IndexRecordingNet
 
 
 def test_tuner_scales_the_base_batch_then_multigrid_fits_on_it(synthetic_dataset, train_manifest, tmp_path):

@@ -16,6 +16,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from test_callback_settings import IndexRecordingNet
 from torch.utils.data import DataLoader
 
 from lightning_multigrid import ClipSampling, EpochShardSampler, FixedGrid, GridShape, ShortCycleBatchSampler
@@ -25,7 +26,6 @@ from lightning_multigrid.resume import resume_iteration
 
 from test_callback import BASE, MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
-from test_callback_settings import IndexRecordingNet
 
 KEYS = ("epoch", "batch_idx", "shape", "index", "lr", "bn")
 

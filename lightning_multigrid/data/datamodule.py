@@ -364,7 +364,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         # DistributedSampler: there each cycle gets a loader built at its own epoch.
         cycle = self._plan.cycle_at(epoch) if world_size > 1 else None
         start = iterations_done_in_epoch(self.trainer)
-        if self._resumed():
+        if self._saved_served and self._resumed():
             check_resumed_train_loader(
                 self._saved_served, serving_schedule=self._plan is not self._baseline, base=self.base_shape,
                 start_iteration=start,
@@ -476,7 +476,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         # The loops are restored after `on_fit_start` (where the callback may build a loader
         # before it serves its schedule): only a restored position counts as resuming.
         trainer = self.trainer
-        return trainer is not None and (trainer.global_step > 0 or trainer.current_epoch > 0)
+        return trainer is not None and (getattr(trainer, "global_step", 0) > 0 or self._current_epoch() > 0)
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         if self.trainer is None:
