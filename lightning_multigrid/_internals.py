@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
     import pytorch_lightning as pl
 
 __all__ = [
-    "drop_train_loader", "is_logging_step", "iterations_done_in_epoch", "layer_sync_of", "logger_step",
-    "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
+    "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step", "iterations_done_in_epoch",
+    "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
 ]
 
 
@@ -85,6 +85,38 @@ def iterations_done_in_epoch(trainer: Any) -> int:
     if not fit_loop.restarting or epoch.started == epoch.processed:
         return 0
     return int(fit_loop.epoch_loop.batch_progress.current.processed)
+
+
+def finish_epoch_saved_at_its_last_batch(trainer: pl.Trainer) -> bool:
+    """Start the next epoch at its first batch after a checkpoint saved at an epoch's last batch.
+
+    A checkpoint saved after the last training batch of epoch ``e`` (``ModelCheckpoint(every_n_train_steps=...)``
+    falling there) resumes at epoch ``e + 1``: the fit loop counts epoch ``e`` done, but its epoch
+    loop only starts the new epoch at batch 0 when the finished epoch had at least as many batches
+    as the new one (it compares with the new loader's length). Multigrid epochs differ in length,
+    so a longer next epoch went on at batch ``n_e``: its first ``n_e`` batch indices skipped, the
+    epoch ended ``n_e`` batches early. This does what the epoch loop does when the lengths allow
+    (epoch-interval schedulers were stepped before the save: nothing to do for them).
+    Call it after the fit loop's reset (``on_train_start``); returns whether it applied.
+    """
+    fit_loop = trainer.fit_loop
+    epoch_loop = fit_loop.epoch_loop
+    epoch = fit_loop.epoch_progress.current
+    rolled_over = (
+        fit_loop.restarting
+        and epoch_loop.restarted_on_train_batch_end
+        and epoch_loop.batch_progress.is_last_batch
+        and epoch.started == epoch.processed  # the fit loop counted the epoch done
+    )
+    if not rolled_over:
+        return False
+    epoch_loop.batch_progress.increment_completed()  # the saved batch ended after the save
+    epoch_loop.batch_progress.reset_on_run()
+    epoch_loop.scheduler_progress.reset_on_run()
+    epoch_loop.automatic_optimization.optim_progress.reset_on_run()
+    epoch_loop.val_loop.batch_progress.total.reset()
+    epoch_loop.reset_restart_stage()  # so the epoch loop does not count the batch completed again
+    return True
 
 
 def setting_owner(trainer: pl.Trainer, name: str) -> Any:

@@ -22,6 +22,7 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import drop_train_loader, setting_owner
+from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.contracts import (
     GridDataModule,
     PathwayDataModule,
@@ -40,6 +41,7 @@ from lightning_multigrid.norm import (
 )
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
+from lightning_multigrid.resume import check_same_base, start_resumed_fit
 from lightning_multigrid.schedule import (
     DEFAULT_LONG_CYCLE_FACTORS,
     DEFAULT_SHORT_CYCLE_FACTORS,
@@ -179,6 +181,7 @@ class MultigridCallback(Callback):
         self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
         self._meter = DataWaitMeter()
         self._log: StepLog | None = None  # built with the schedule
+        self._grid_check = BatchGridCheck()
         # Trainer settings the callback changes during fit, with their values to restore.
         self._trainer_settings: dict[str, Any] = {}
 
@@ -276,6 +279,7 @@ class MultigridCallback(Callback):
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
             restored = dataclasses.replace(MultigridConfig.from_dict(self._restored_config), devices=trainer.world_size)
+            check_same_base(restored, config)
             if restored != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
@@ -340,6 +344,7 @@ class MultigridCallback(Callback):
         # On resume the train loader was built while `current_epoch` still named the checkpoint's
         # epoch, not the one about to run: ask for a rebuild (a no-op for a fresh run at epoch 0).
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1)
+        start_resumed_fit(trainer, has_multigrid_state=self._restored_config is not None)
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -347,6 +352,8 @@ class MultigridCallback(Callback):
             return
         self._meter.batch_start()  # first: the wait for this batch ends here
         epoch = trainer.current_epoch
+        self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx,
+                         last_batch=batch_idx + 1 >= trainer.num_training_batches)
         if self._lr is not None:
             self._lr.set_position(epoch, batch_idx, int(trainer.num_training_batches))
         stage = self._stage(epoch)

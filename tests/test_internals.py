@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_multigrid._internals import (
     drop_train_loader,
+    finish_epoch_saved_at_its_last_batch,
     is_logging_step,
     iterations_done_in_epoch,
     layer_sync_of,
@@ -129,3 +130,56 @@ def test_raise_recompile_limit_sets_what_dynamo_reads():
         assert raise_recompile_limit(1) == before + 5  # never lowered
     finally:
         config.recompile_limit = before
+
+
+class _GrowingEpochs(_Linear):
+    """Epoch e has 2 * (e + 1) batches (as multigrid epochs differ); records (epoch, batch_idx) and LRs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, int, float]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append((self.current_epoch, batch_idx, self.trainer.optimizers[0].param_groups[0]["lr"]))
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.zeros(4 * (self.trainer.current_epoch + 1), 2)), batch_size=2)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return {"optimizer": optimizer, "lr_scheduler": MultiStepLR(optimizer, [1, 2], gamma=0.5)}
+
+
+class _Finish(pl.Callback):
+    def __init__(self) -> None:
+        self.applied: list[bool] = []
+
+    def on_train_start(self, trainer, pl_module):
+        self.applied.append(finish_epoch_saved_at_its_last_batch(trainer))
+
+
+class _StopAt(pl.Callback):
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == 2:
+            raise RuntimeError("stopped")
+
+
+@pytest.mark.filterwarnings("ignore:.*(callbacks used to create the checkpoint|dataloader is not resumable).*")
+@pytest.mark.parametrize("finish", [True, False])
+def test_finish_epoch_saved_at_its_last_batch_starts_the_longer_next_epoch_at_batch_0(tmp_path, finish):
+    # A checkpoint after the last of epoch 0's 2 batches; epoch 1 has 4. Lightning alone resumes it
+    # at batch 2 of epoch 1 (it compares the 2 batches done with the new epoch's 4). The epoch
+    # scheduler stepped for epoch 0's end before the save: once (0.1 -> 0.05), not twice.
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    with pytest.raises(RuntimeError, match="stopped"):
+        _trainer(tmp_path, max_epochs=2, enable_checkpointing=True, reload_dataloaders_every_n_epochs=1,
+                 callbacks=[checkpoint, _StopAt()]).fit(_GrowingEpochs())
+    resumed, callback = _GrowingEpochs(), _Finish()
+    _trainer(tmp_path, max_epochs=2, reload_dataloaders_every_n_epochs=1, callbacks=[callback] if finish else []).fit(
+        resumed, ckpt_path=str(tmp_path / "epoch=0-step=2.ckpt"))
+    if finish:
+        assert callback.applied == [True]
+        assert resumed.seen == [(1, 0, 0.05), (1, 1, 0.05), (1, 2, 0.05), (1, 3, 0.05)]
+    else:  # what the function makes up for; if this fails, Lightning fixed it
+        assert resumed.seen == [(1, 2, 0.05), (1, 3, 0.05)]

@@ -12,6 +12,7 @@ into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool
-from lightning_multigrid._internals import iterations_done_in_epoch
+from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_eval_classes,
@@ -41,6 +42,7 @@ from lightning_multigrid.data.loaders import (
 from lightning_multigrid.data.manifests.classes import align_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind, check_manifest_kind
 from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
 from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
@@ -189,6 +191,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._precise_bn_loader = CachedLoader()
         self._eval_loaders: dict[tuple[str, int, int], DataLoader[Any]] = {}
         self._skipped: dict[str, None] = {}  # insertion-ordered set of paths
+        self._saved_served: dict[str, Any] | None = None  # what a loaded checkpoint's run served
 
     # ------------------------------------------------------------------ what the callback reads
 
@@ -196,6 +199,38 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     def base_shape(self) -> GridShape:
         """The baseline grid: ``(batch_size, num_frames, crop_size)`` per device."""
         return self._baseline.base_shape
+
+    @property
+    def batch_size(self) -> int:
+        """Baseline clips per device ``B`` (``base_shape.batch_size``), also the val/test batch.
+
+        Setting it changes the base shape, as Lightning's batch-size finder (``Tuner.scale_batch_size``)
+        does between its trials: they train base-shape batches of the size tried, and the size found
+        is the base batch of the next fit (multigrid's grids keep about its memory per step).
+
+        Raises:
+            ValueError: when set while a multigrid schedule is served (during a multigrid fit).
+        """
+        return self.base_shape.batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        if self._plan is not self._baseline:
+            raise ValueError(
+                f"MultigridVideoDataModule: cannot set `batch_size={value!r}` while a multigrid schedule built from "
+                f"base batch {self.base_shape.batch_size} is served. Set it before `fit` (Lightning's batch-size "
+                "finder does so before MultigridCallback builds its schedule)."
+            )
+        base = dataclasses.replace(self.base_shape, batch_size=value)  # checks the value, naming it
+        self._baseline = self._plan = FixedGrid(base, self.clip_sampling)
+        self._loader_settings = dataclasses.replace(self._loader_settings, batch_size=value)
+        self.hparams["batch_size"] = value
+        self._train_loader.clear()
+        self._precise_bn_loader.clear()
+        self._eval_loaders.clear()
+        if self.trainer is not None:
+            # The finder sets the first size after the fit loop built its loader: build it again.
+            drop_train_loader(self.trainer)
 
     @property
     def clip_sampling(self) -> ClipSampling:
@@ -295,6 +330,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """
         self._prepare_synthetic()
         if stage == "fit":
+            self._saved_served = None  # a checkpoint's state, if any, is loaded after setup
             if self._train_dataset is None:
                 path = existing_manifest("train_manifest", self.train_manifest)
                 self._train_dataset = TrainVideoDataset(
@@ -337,6 +373,11 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         # DistributedSampler: there each cycle gets a loader built at its own epoch.
         cycle = self._plan.cycle_at(epoch) if world_size > 1 else None
         start = iterations_done_in_epoch(self.trainer)
+        if self._saved_served and self._resumed():
+            check_resumed_train_loader(
+                self._saved_served, serving_schedule=self._plan is not self._baseline, base=self.base_shape,
+                start_iteration=start,
+            )
         key = LoaderKey(cycle, rank, world_size, (epoch, start) if start else None)
         return self._clip_loader(self._train_loader, key, self._plan, self.seed, start)
 
@@ -377,13 +418,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """The skipped-video paths, so a resumed run keeps counting from where it stopped."""
-        return {"skipped_video_paths": list(self._skipped)}
+        """The skipped-video paths, so a resumed run keeps counting from where it stopped, and what
+        was served (a multigrid schedule or not, the base shape), so a resume that cannot go on
+        exactly is refused."""
+        return {"skipped_video_paths": list(self._skipped), **served_state(self._plan is not self._baseline, self.base_shape)}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         for path in state_dict.get("skipped_video_paths", ()):
             self._skipped[str(path)] = None
+        self._saved_served = {key: state_dict[key] for key in ("multigrid", "base_shape") if key in state_dict}
 
     # ------------------------------------------------------------------ helpers
 
@@ -466,6 +510,12 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     def _current_epoch(self) -> int:
         return int(self.trainer.current_epoch) if self.trainer is not None else 0
+
+    def _resumed(self) -> bool:
+        # The loops are restored after `on_fit_start` (where the callback may build a loader
+        # before it serves its schedule): only a restored position counts as resuming.
+        trainer = self.trainer
+        return trainer is not None and (getattr(trainer, "global_step", 0) > 0 or self._current_epoch() > 0)
 
     def _rank_and_world_size(self) -> tuple[int, int]:
         if self.trainer is None:
