@@ -31,7 +31,6 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import roi_align
 
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import EncodedClip
@@ -189,9 +188,13 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     Returns:
         uint8 ``(N, 3, T, crop_size, crop_size)`` on the frames' device.
     """
+    from torchvision.ops import roi_align  # here: importing torchvision loads its model zoo (~1 s per process)
+
     crop = clips[0].params.crop_size
     device = images[0].device
-    boxes, flips, order = [], [], []
+    boxes: list[tuple[float, float, float, float]] = []
+    flips: list[bool] = []
+    order: list[int] = []
     for clip in clips:
         p = clip.params
         offset = len(flips)
@@ -204,7 +207,7 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     out = torch.empty((len(images), 3, crop, crop), dtype=torch.float32, device=device)
     by_size: dict[tuple[int, int], list[int]] = {}
     for i, image in enumerate(images):
-        by_size.setdefault(tuple(image.shape[-2:]), []).append(i)
+        by_size.setdefault((image.shape[-2], image.shape[-1]), []).append(i)
     box_table = torch.tensor(boxes, dtype=torch.float32)
     for indices in by_size.values():
         frames = torch.stack([images[i] for i in indices]).float()
