@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import pytorch_lightning as pl
 import torch
+from test_data_frame_layouts import damage_huffman_table
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -26,7 +27,6 @@ from lightning_multigrid.data.prefetch import THREAD_NAME, DecodeAhead
 from lightning_multigrid.data.transfer import BatchTransfer
 
 from conftest import FrameFactory
-from test_data_frame_layouts import damage_huffman_table
 
 
 def decode_threads() -> list[threading.Thread]:
