@@ -17,7 +17,16 @@ measures, for r3d_18 at base 8 x 16 x 112 (stride 4), bf16-mixed, 14 workers:
    optimizer and step LR schedule; validation once after training, not timed), for frames decoded
    on the device and for mp4: training wall-clock, iterations, top-1 and the share of the loop's
    time spent waiting for data.
-5. ``gpu_path``: ``16-mixed`` and ``channels_last_3d`` steps; Lightning's ``strategy="fsdp"`` on one
+5. ``read``, ``decode``, ``overlap``: the device-decode path stage by stage, per JPEG source
+   (``encoded_sources``: frame folders; each source one line there): the workers reading the sampled
+   JPEG bytes (clips/s and frames/s, nothing decoded); decoding batches already read, with the
+   per-clip resize loop against the one batched crop-resize-flip (whole decode, and the
+   crop-resize alone); and per grid the training step alone, the decode then the step in the
+   training thread (``decode_ahead=0``), and the decode overlapped with the step
+   (``data/prefetch.py``, a side stream), with the overlapped step's inflation over the step alone.
+   ``end_to_end:frames-serial`` is ``end_to_end:frames`` with the serial decode, for the same comparison
+   in a whole run.
+6. ``gpu_path``: ``16-mixed`` and ``channels_last_3d`` steps; Lightning's ``strategy="fsdp"`` on one
    device with ``MultigridCallback`` (MultigridBatchNorm inside FSDP); ``torch.compile`` across the
    grids (compile time of each new shape, step time against eager).
 
@@ -43,7 +52,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -59,11 +68,20 @@ from loader import Grid, render_camera_video, requests_for, schedule_grids  # no
 from train import run as train_run  # noqa: E402
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips  # noqa: E402
-from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips, jpeg_decoder  # noqa: E402
+from lightning_multigrid.data.decoding.device import (  # noqa: E402
+    EncodedBatch,
+    crop_resize_flip,
+    crop_resize_flip_per_clip,
+    decode_clips,
+    decode_jpegs,
+    jpeg_decoder,
+)
 from lightning_multigrid.data.loaders import ChunkedDataLoader  # noqa: E402
 from lightning_multigrid.data.manifests.load import load_manifest  # noqa: E402
+from lightning_multigrid.data.prefetch import DecodeAhead  # noqa: E402
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video  # noqa: E402
 from lightning_multigrid.data.tools.extract import extract_frames  # noqa: E402
+from lightning_multigrid.data.transfer import BatchTransfer, normalize_video  # noqa: E402
 from lightning_multigrid.module import VideoClassifier  # noqa: E402
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm  # noqa: E402
 from lightning_multigrid.schedule import BNPlan, GridShape, MultigridConfig, MultigridSchedule, build_schedule  # noqa: E402
@@ -248,16 +266,29 @@ def step_rate(
     channels_last: bool = False,
 ) -> float:
     """Clips/s of training steps (forward, backward, SGD) on one batch already on the device."""
-    apply_bn_plan(model, plan)
     video = torch.randn(shape.batch_size, 3, shape.num_frames, shape.crop_size, shape.crop_size, device=setup.device)
     if channels_last:
         video = video.contiguous(memory_format=torch.channels_last_3d)
     labels = torch.randint(0, 4, (shape.batch_size,), device=setup.device)
+    step = training_step(model, setup, plan, precision)
+    for _ in range(3):
+        step(video, labels)
+    synchronize(setup)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step(video, labels)
+    synchronize(setup)
+    return steps * shape.batch_size / (time.perf_counter() - start)
+
+
+def training_step(model: torch.nn.Module, setup: Setup, plan: BNPlan, precision: str) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    """One training step (forward, backward, SGD) of ``model`` with multigrid's BatchNorm ``plan``."""
+    apply_bn_plan(model, plan)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(setup.device, enabled=precision == "16-mixed")
 
-    def step() -> None:
+    def step(video: torch.Tensor, labels: torch.Tensor) -> None:
         with torch.autocast(setup.device, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = F.cross_entropy(model(video), labels)
         optimizer.zero_grad(set_to_none=True)
@@ -265,14 +296,7 @@ def step_rate(
         scaler.step(optimizer)
         scaler.update()
 
-    for _ in range(3):
-        step()
-    synchronize(setup)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(setup)
-    return steps * shape.batch_size / (time.perf_counter() - start)
+    return step
 
 
 def synchronize(setup: Setup) -> None:
@@ -425,11 +449,127 @@ def _repeat_rate(work: Callable[[Any], int], batches: list[Any], setup: Setup) -
     raise AssertionError("itertools.cycle is endless")
 
 
+# ---------------------------------------------------------------------------- the device path, stage by stage
+
+
+def encoded_sources(data: dict[str, Any]) -> dict[str, TrainVideoDataset]:
+    """The JPEG sources of ``read``, ``decode`` and ``overlap``: datasets whose workers return bytes
+    (``frame_decode="device"``), same videos. A new source (a packed store) is one more line."""
+    return {
+        "frames": TrainVideoDataset(Path(data["loader_manifests"]["frames"]), frame_decode="device"),
+    }
+
+
+def host_batches(dataset: TrainVideoDataset, grid: Grid, setup: Setup, count: int = 3) -> list[dict[str, Any]]:
+    """``count`` batches of ``grid`` as the workers hand them over (JPEG bytes), read in this process."""
+    return [collate_clips([dataset[r] for r in requests])
+            for requests in itertools.islice(requests_for(grid, setup.loader_videos, seed=1), count)]
+
+
+def read_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per source and grid: clips/s and frames/s the workers read (JPEG bytes, nothing decoded)."""
+    rows = []
+    for (name, dataset), grid in itertools.product(encoded_sources(data).items(), selected_grids(setup, schedule)):
+        rate = loader_rate(dataset, grid, setup, setup.loader_videos, decode=False)
+        rows.append({"source": name, "grid": grid.name, "read_clips_per_s": rate,
+                     "read_frames_per_s": rate * grid.shape.num_frames})
+        print(f"  read {name} {grid.name}: {rate:.0f} clips/s", flush=True)
+    return rows
+
+
+def decode_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per source and grid, batches already read: clips/s of the whole device decode (JPEG + crop-resize)
+    and of the crop-resize alone, with the per-clip resize loop and with the one batched crop-resize."""
+    rows = []
+    for (name, dataset), grid in itertools.product(encoded_sources(data).items(), selected_grids(setup, schedule)):
+        rows.append({"source": name, "grid": grid.name, **decode_rates(setup, host_batches(dataset, grid, setup))})
+        print(f"  decode {name} {grid.name}: {rows[-1]}", flush=True)
+    return rows
+
+
+def decode_rates(setup: Setup, batches: list[dict[str, Any]]) -> dict[str, float]:
+    clips = [b["video"].clips for b in batches]
+    images = [decode_jpegs(jpeg_tensors(c), setup.device) for c in clips]
+    rates = {}
+    for method, resize in (("per_clip", crop_resize_flip_per_clip), ("batched", crop_resize_flip)):
+        rates[f"decode_{method}_clips_per_s"] = _repeat_rate(
+            lambda c, resize=resize: int(resize(decode_jpegs(jpeg_tensors(c), setup.device), c).shape[0]), clips, setup
+        )
+        rates[f"resize_{method}_clips_per_s"] = _repeat_rate(
+            lambda k, resize=resize: int(resize(images[k], clips[k]).shape[0]), list(range(len(clips))), setup
+        )
+    return rates
+
+
+def jpeg_tensors(clips: list[Any]) -> list[torch.Tensor]:
+    return [torch.frombuffer(jpeg, dtype=torch.uint8) for clip in clips for jpeg in clip.jpegs]
+
+
+def overlap_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per grid (coarsest and base, first source): ms per iteration of the training step alone on a
+    decoded batch, of the decode then the step in one thread, and of the decode one batch ahead in
+    ``DecodeAhead``'s thread (its own stream) while the step runs; ``inflation`` is overlapped over alone."""
+    name, dataset = next(iter(encoded_sources(data).items()))
+    rows = []
+    for grid in [g for g in selected_grids(setup, schedule) if g.name in ("coarsest", "base")]:
+        step = training_step(build_model(setup), setup, bn_plan(schedule, grid.shape), setup.precision)
+        rows.append({"source": name, "grid": grid.name, **overlap_times(setup, step, host_batches(dataset, grid, setup))})
+        print(f"  overlap {grid.name}: {rows[-1]}", flush=True)
+    return rows
+
+
+def overlap_times(setup: Setup, step: Callable[[torch.Tensor, torch.Tensor], None], batches: list[dict[str, Any]]) -> dict[str, float]:
+    transfer, device = BatchTransfer(), torch.device(setup.device)
+    steps = max(3, setup.model_steps)
+    decoded = [{**b} for b in batches]  # decoding replaces a batch's video: decode copies
+    for batch in decoded:
+        transfer.decode(batch, device)
+
+    def train(batch: dict[str, Any]) -> int:  # what on_after_batch_transfer and the step do
+        step(cast(torch.Tensor, normalize_video(batch["video"], transfer.mean, transfer.std)), batch["label"].to(device))
+        return 1
+
+    def fresh() -> Iterator[dict[str, Any]]:
+        return ({**batches[k % len(batches)]} for k in range(steps))
+
+    def alone() -> int:
+        return sum(train(decoded[k % len(decoded)]) for k in range(steps))
+
+    def serial() -> int:
+        trained = 0
+        for batch in fresh():
+            transfer.decode(batch, device)
+            trained += train(batch)
+        return trained
+
+    def overlapped() -> int:
+        return sum(train(batch) for batch in DecodeAhead(transfer.decode, device).iterate(fresh()))
+
+    modes = {"step_alone": alone, "decode_then_step": serial, "overlapped": overlapped}
+    times = {f"{mode}_ms": _seconds_of(work, setup, steps) / steps * 1000 for mode, work in modes.items()}
+    times["inflation"] = times["overlapped_ms"] / times["step_alone_ms"]
+    return times
+
+
+def _seconds_of(work: Callable[[], int], setup: Setup, steps: int) -> float:
+    """Seconds of ``work`` (``steps`` training steps) run once more after a warm-up run, the device
+    synchronised around it."""
+    work()
+    synchronize(setup)
+    start = time.perf_counter()
+    trained = work()
+    synchronize(setup)
+    if trained != steps:
+        raise RuntimeError(f"{trained} training steps where {steps} were asked: batches were lost")
+    return time.perf_counter() - start
+
+
 # ---------------------------------------------------------------------------- end to end
 
 
-def end_to_end(setup: Setup, data: dict[str, Any], source: str) -> dict[str, Any]:
-    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``."""
+def end_to_end(setup: Setup, data: dict[str, Any], source: str, decode_ahead: int = 1) -> dict[str, Any]:
+    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``; frames are
+    decoded on the device ``decode_ahead`` batches ahead of the step (0: between steps)."""
     args = argparse.Namespace(
         batch_size=setup.base.batch_size, num_frames=setup.base.num_frames, crop_size=setup.base.crop_size,
         sampling_rate=setup.sampling_rate, workers=setup.workers, num_views=1, width=8, lr=setup.lr,
@@ -441,7 +581,7 @@ def end_to_end(setup: Setup, data: dict[str, Any], source: str) -> dict[str, Any
     decode = "device" if source == "frames" else "workers"
     results = {}
     for name, multigrid in (("baseline", False), ("multigrid", True)):
-        result = train_run(args, data_dir, multigrid, None, setup.backbone, manifests, decode)  # type: ignore[arg-type]
+        result = train_run(args, data_dir, multigrid, None, setup.backbone, manifests, decode, decode_ahead)  # type: ignore[arg-type]
         result["grid_rates"] = {f"{t}x{c}": r for (t, c), r in result["grid_rates"].items()}
         results[name] = result
         print(f"  {source} {name}: {result['seconds']:.1f} s, {result['iterations']} iterations, "
@@ -540,6 +680,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "| grid | frames: workers read (bytes) | device decode | transfer (uint8, pinned) |", "|---|---|---|---|"]
         lines += [f"| {r['grid']} | {r['read_clips_per_s']:.0f} | {r['device_decode_clips_per_s']:.0f} | "
                   f"{r['transfer_clips_per_s']:.0f} |" for r in stages]
+    lines += _device_path_tables(report)
     e2e = {k: v for k, v in report.items() if k.startswith("end_to_end")}
     if e2e:
         lines += ["", "| source | run | epochs | iterations | training s | top-1 | data wait | speed-up |",
@@ -557,6 +698,30 @@ def markdown(report: dict[str, Any]) -> str:
         if key in report:
             lines += ["", f"`{key}`:", "```", json.dumps(report[key], indent=1, default=str)[:4000], "```"]
     return "\n".join(lines) + "\n"
+
+
+def _device_path_tables(report: dict[str, Any]) -> list[str]:
+    """``read``, ``decode`` and ``overlap`` as tables (clips/s; ms per iteration)."""
+    def rows(key: str) -> list[dict[str, Any]]:
+        section = report.get(key, [])
+        return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
+
+    lines: list[str] = []
+    read, decode, overlap = rows("device_path:read"), rows("device_path:decode"), rows("device_path:overlap")
+    if read:
+        lines += ["", "| source | grid | read clips/s | read frames/s |", "|---|---|---|---|"]
+        lines += [f"| {r['source']} | {r['grid']} | {r['read_clips_per_s']:.0f} | {r['read_frames_per_s']:.0f} |" for r in read]
+    if decode:
+        lines += ["", "| source | grid | decode, per-clip resize | decode, batched | resize alone, per clip | resize alone, batched |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['source']} | {r['grid']} | {r['decode_per_clip_clips_per_s']:.0f} | {r['decode_batched_clips_per_s']:.0f} | "
+                  f"{r['resize_per_clip_clips_per_s']:.0f} | {r['resize_batched_clips_per_s']:.0f} |" for r in decode]
+    if overlap:
+        lines += ["", "| source | grid | step alone ms | decode then step ms | overlapped ms | inflation |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['source']} | {r['grid']} | {r['step_alone_ms']:.1f} | {r['decode_then_step_ms']:.1f} | "
+                  f"{r['overlapped_ms']:.1f} | {r['inflation']:.2f}x |" for r in overlap]
+    return lines
 
 
 def _pace_table(report: dict[str, Any]) -> list[str]:
@@ -593,7 +758,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-SECTIONS = ("env", "model", "end_to_end:frames", "loader", "stages", "end_to_end:mp4", "precision", "fsdp", "compile")
+SECTIONS = (
+    "env", "model", "read", "decode", "overlap", "end_to_end:frames", "end_to_end:frames-serial", "loader", "stages",
+    "end_to_end:mp4", "precision", "fsdp", "compile",
+)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -615,7 +783,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         work: dict[str, tuple[str, Callable[[], Any], bool]] = {
             "env": ("env", lambda: environment(setup, sample), False),
             "model": ("model", lambda: model_table(setup, schedule), False),
+            "read": ("device_path:read", lambda: read_table(setup, schedule, data), False),
+            "decode": ("device_path:decode", lambda: decode_table(setup, schedule, data), False),
+            "overlap": ("device_path:overlap", lambda: overlap_table(setup, schedule, data), False),
             "end_to_end:frames": ("end_to_end:frames (device decode)", lambda: end_to_end(setup, data, "frames"), False),
+            "end_to_end:frames-serial": ("end_to_end:frames (device decode, serial)",
+                                         lambda: end_to_end(setup, data, "frames", decode_ahead=0), False),
             "loader": ("loader", lambda: loader_table(setup, schedule, data, nvdec_usable(report)), False),
             "stages": ("stages", lambda: stage_table(setup, schedule, data), False),
             "end_to_end:mp4": ("end_to_end:mp4 (workers)", lambda: end_to_end(setup, data, "mp4"), False),

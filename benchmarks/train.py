@@ -143,6 +143,7 @@ def run(
     backbone: str,
     manifests: tuple[Path, Path] | None = None,
     frame_decode: str = "workers",
+    decode_ahead: int = 1,
 ) -> dict[str, Any]:
     pl.seed_everything(0, verbose=False)
     train_manifest, val_manifest = manifests or (data_dir / "train.csv", data_dir / "val.csv")
@@ -150,6 +151,7 @@ def run(
         train_manifest=str(train_manifest),
         val_manifest=str(val_manifest),
         frame_decode=frame_decode,  # type: ignore[arg-type]
+        decode_ahead=decode_ahead,
         batch_size=args.batch_size,
         num_frames=args.num_frames,
         crop_size=args.crop_size,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
 __all__ = [
     "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step", "iterations_done_in_epoch",
     "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
+    "shutdown_loader_workers",
 ]
 
 
@@ -158,3 +159,20 @@ def raise_recompile_limit(limit: int) -> int:
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     setattr(config, name, max(int(getattr(config, name)), limit))
     return int(getattr(config, name))
+
+
+def shutdown_loader_workers(loader: Any) -> None:
+    """Stop a DataLoader's persistent workers now, and forget their iterator (no-op without workers).
+
+    torch keeps a persistent-workers iterator in the loader's ``_iterator`` and stops its workers only
+    when that is garbage-collected: if that happens in a process forked later (the next fit's
+    workers), torch's ``__del__`` fails there with "can only test a child process". Lightning's own
+    shutdown of the train loader's workers reads the same attributes.
+    """
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    iterator = getattr(loader, "_iterator", None)
+    if isinstance(iterator, _MultiProcessingDataLoaderIter):
+        iterator._shutdown_workers()
+    if iterator is not None:
+        loader._iterator = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,12 +164,15 @@ def run_compare(
         overrides += ["--trainer.limit_train_batches", str(limit_train_batches)]
     if run_dir is not None:
         overrides += ["--trainer.default_root_dir", str(run_dir)]
-    _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true",
-                             "--trainer.logger", "false"])
-    runs = []
-    for name, enabled in (("baseline", "false"), ("multigrid", "true")):
-        args = ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled]
-        runs.append(_run_one(name, args, report))
+    from lightning_multigrid.trainer_cli import quiet_lightning
+
+    with quiet_lightning():
+        _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true",
+                                 "--trainer.logger", "false"])
+        runs = []
+        for name, enabled in (("baseline", "false"), ("multigrid", "true")):
+            args = ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled]
+            runs.append(_run_one(name, args, report))
     (baseline, root_dir), (multigrid, _) = runs
     return Comparison(baseline, multigrid, root_dir)
 
@@ -191,23 +193,9 @@ def _check_multigrid_starts(args: list[str]) -> None:
 
 def _run_one(name: str, args: list[str], report: Callable[[str], None] | None) -> tuple[RunResult, Path]:
     """One run of the comparison, and its ``trainer.default_root_dir``."""
-    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-    from lightning_multigrid.module import VideoClassifier
-    from lightning_multigrid.trainer_cli import MultigridCLI
+    from lightning_multigrid.trainer_cli import build_cli
 
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    # `compare`'s own arguments are in sys.argv; LightningCLI gets only `args`, on purpose.
-    warnings.filterwarnings("ignore", message=r".*LightningCLI's args parameter is intended")
-    cli = MultigridCLI(
-        VideoClassifier,
-        MultigridVideoDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=args,
-        run=False,
-        save_config_kwargs={"overwrite": True},
-        log_name=name,
-    )
+    cli = build_cli(args, save_config_kwargs={"overwrite": True}, log_name=name)
     trainer = cli.trainer
     if report is not None:
         what = f"the baseline: {trainer.max_epochs} epochs" if name == "baseline" else (

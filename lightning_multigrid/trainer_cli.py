@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
 
-__all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "check_fit_starts", "default_loggers", "run"]
+__all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "build_cli", "check_fit_starts", "default_loggers", "quiet_lightning", "run"]
 
 # Where runs go when the config names no `trainer.default_root_dir` (Lightning's default is the
 # working directory, where LightningCLI would also drop a `config.yaml` when logging is off).
@@ -99,6 +101,57 @@ class MultigridCLI(LightningCLI):
             print(f"logs: {trainer.log_dir}")
 
 
+def build_cli(args: Sequence[str], **kwargs: Any) -> MultigridCLI:
+    """A :class:`MultigridCLI` (model and data as ``fit`` takes them, ``run=False``) parsed from ``args`` alone.
+
+    The command line of the process (``compare``'s own options) is not this run's: LightningCLI,
+    seeing both, warns about them, so ``sys.argv`` holds only the program name while it parses.
+    """
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        return MultigridCLI(
+            VideoClassifier, MultigridVideoDataModule, subclass_mode_model=True, subclass_mode_data=True,
+            args=list(args), run=False, **kwargs,
+        )
+    finally:
+        sys.argv = saved
+
+
+class _DropLightningTips(logging.Filter):
+    """Lightning's advertisements for its cloud products ("💡 Tip: ... litlogger / litmodels")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+# Lightning's rank-zero messages go through one of these, whichever Lightning package was imported last.
+_RANK_ZERO_LOGGERS = ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero")
+
+
+@contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Leave out of the console, while the block runs, two notes of Lightning's that are no news to a user.
+
+    Lightning 2.6's own batch-moving code calls a pytree API that torch >= 2.10 deprecates (a
+    ``FutureWarning`` about ``LeafSpec`` per run), and every Trainer logs a tip to install
+    Lightning's cloud logging products. Only these two: every other warning and message stays.
+    """
+    tips = _DropLightningTips()
+    loggers = [logging.getLogger(name) for name in _RANK_ZERO_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(tips)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r".*isinstance\(treespec, LeafSpec\)", module=r"pytorch_lightning\.utilities\._pytree"
+            )
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(tips)
+
+
 class _StopBeforeTraining(Exception):
     """Raised by :class:`_StopAtTrainStart` once everything before the first step has run."""
 
@@ -121,13 +174,11 @@ def check_fit_starts(args: Sequence[str]) -> None:
     """
     from lightning_fabric.utilities.exceptions import MisconfigurationException
 
-    cli = MultigridCLI(
-        VideoClassifier, MultigridVideoDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        args=list(args), run=False, save_config_callback=None,
-    )
-    cli.trainer.callbacks.append(_StopAtTrainStart())
+    cli: MultigridCLI | None = None
     logging.disable(logging.INFO)  # the real run prints the schedule and the Trainer's notes
     try:
+        cli = build_cli(args, save_config_callback=None)
+        cli.trainer.callbacks.append(_StopAtTrainStart())
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     except _StopBeforeTraining:
         return
@@ -135,17 +186,20 @@ def check_fit_starts(args: Sequence[str]) -> None:
         raise ValueError(str(error)) from None
     finally:
         logging.disable(logging.NOTSET)
+        if cli is not None:
+            # Lightning skips the DataModule's teardown when fit raises: stop the loaders' workers
+            # here, before the real run forks its own.
+            cli.datamodule.teardown("fit")
 
 
 def run(args: Sequence[str] | None = None) -> None:
     """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``)."""
-    # Lightning 2.6 with torch >= 2.10 warns about a deprecated pytree call on every batch.
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
-    MultigridCLI(
-        VideoClassifier,
-        MultigridVideoDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=None if args is None else list(args),
-        save_config_kwargs={"overwrite": True},
-    )
+    with quiet_lightning():
+        MultigridCLI(
+            VideoClassifier,
+            MultigridVideoDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=None if args is None else list(args),
+            save_config_kwargs={"overwrite": True},
+        )

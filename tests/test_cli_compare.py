@@ -164,3 +164,21 @@ def test_compare_refuses_an_unwritable_plot_first(tmp_path):
         result = run_compare("--config", str(config), "--plot", str(plot))
         assert result.returncode == 2 and "`--plot`" in result.stderr and match in result.stderr
     assert not (tmp_path / "synthetic").exists()  # refused before the data was even generated
+
+
+@pytest.mark.slow
+def test_compare_console_shows_only_what_a_user_needs(tmp_path):
+    """The console of two runs with persistent workers, the demo's setting: none of Lightning's notes
+    about `args` and `sys.argv`, its cloud-product tip or its pytree deprecation, and no traceback from
+    the first run's workers shut down inside the second run's (`_MultiProcessingDataLoaderIter.__del__`)."""
+    config, work = tiny_config(tmp_path), work_dir(tmp_path)
+    config.write_text(config.read_text().replace("num_workers: 0", "num_workers: 2"))
+    result = run_compare("--config", str(config), "--max-epochs", "3", cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    for unwanted in ("args parameter is intended", "sys.argv", "Tip:", "litlogger", "LeafSpec", "Traceback",
+                     "can only test a child process", "Exception ignored"):
+        assert unwanted not in console, f"{unwanted!r} in the console:\n{console[-3000:]}"
+    assert "multigrid epoch 4: val/top1" in result.stdout and "x fewer iterations" in result.stdout
+    # What stays: Lightning's own account of the hardware and the end of each fit, once per run.
+    assert result.stderr.count("GPU available:") == 2 and "`Trainer.fit` stopped" in result.stderr

@@ -6,7 +6,8 @@ and always serves a plan (:class:`~lightning_multigrid.grid.GridPlan`): the base
 builds from that base grid and hands over with :meth:`serve`. Loaders are built by
 :mod:`~lightning_multigrid.data.loaders`: on one process one train loader serves every grid, so its
 persistent workers live through the whole fit; under DDP a loader lasts one cycle of grids.
-Clips leave the workers as uint8 ``(N, C, T, H, W)``; :meth:`on_after_batch_transfer` turns them
+Clips leave the workers as uint8 ``(N, C, T, H, W)`` (or JPEG bytes, decoded on the device ahead of
+the step by :mod:`~lightning_multigrid.data.prefetch`); :meth:`on_after_batch_transfer` turns them
 into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 """
 
@@ -20,8 +21,8 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool
-from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
+from lightning_multigrid._checks import check_bool, check_int
+from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch, shutdown_loader_workers
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_eval_classes,
@@ -42,6 +43,7 @@ from lightning_multigrid.data.loaders import (
 from lightning_multigrid.data.manifests.classes import align_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind, check_manifest_kind
 from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
 from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
@@ -104,6 +106,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             (at reduced size where the grid allows); ``"device"`` has workers read only the bytes
             and decodes, resizes, crops and flips each batch on the training device after the
             transfer (nvjpeg on a GPU), with the same clip parameters.
+        decode_ahead: with ``frame_decode="device"``, training batches decoded this many (1 or 2)
+            batches ahead of the step, in a background thread on its own CUDA stream, so the decode
+            runs while the model trains (:mod:`~lightning_multigrid.data.prefetch`); 0 decodes
+            each batch between two steps, in the training thread (the serial path).
         chunk_batches: with several workers, cut each training batch into chunks of at least
             ``batch_size`` clips, decoded in parallel and joined in the main process
             (:class:`~lightning_multigrid.data.loaders.ChunkedDataLoader`), so a coarse grid's 8-16x
@@ -151,6 +157,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         mean: tuple[float, float, float] = DEFAULT_MEAN,
         std: tuple[float, float, float] = DEFAULT_STD,
         frame_decode: Literal["workers", "device"] = "workers",
+        decode_ahead: int = 1,
         chunk_batches: bool = True,
         filename_tmpl: str | None = None,
         allow_frame_gaps: bool = False,
@@ -166,6 +173,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         check_bool("flip", flip, allow_none=True)
         check_manifest_kind(manifest_kind)
         check_frame_decode(frame_decode)
+        check_int("decode_ahead", decode_ahead, 0)
+        if decode_ahead > 2:
+            raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
         if synthetic_dir is not None:
             check_synthetic_arguments(
                 synthetic_size, synthetic_texture_cell, train_manifest=train_manifest, val_manifest=val_manifest,
@@ -178,6 +188,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.synthetic_dir, self.synthetic_texture_cell = synthetic_dir, synthetic_texture_cell
         self.synthetic_size = (int(synthetic_size[0]), int(synthetic_size[1]))
         self.flip, self.seed, self.metadata_file, self.frame_decode = flip, seed, metadata_file, frame_decode
+        self.decode_ahead = decode_ahead
         self.filename_tmpl, self.allow_frame_gaps, self.manifest_kind = filename_tmpl, allow_frame_gaps, manifest_kind
         self.save_hyperparameters()
         if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
@@ -379,7 +390,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 start_iteration=start,
             )
         key = LoaderKey(cycle, rank, world_size, (epoch, start) if start else None)
-        return self._clip_loader(self._train_loader, key, self._plan, self.seed, start)
+        return self._clip_loader(self._train_loader, key, self._plan, self.seed, start, self._decode_ahead())
 
     @override
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
@@ -417,6 +428,19 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         return batch
 
     @override
+    def teardown(self, stage: str) -> None:
+        """Stop every loader's workers (and the decode-ahead thread) now, not when garbage-collected.
+
+        Left to the garbage collector, a loader's persistent workers may be shut down from inside a
+        worker of the next fit (``compare`` runs two), where torch fails with a traceback.
+        """
+        self._train_loader.close()
+        self._precise_bn_loader.close()
+        for loader in self._eval_loaders.values():
+            shutdown_loader_workers(loader)
+        self._eval_loaders.clear()
+
+    @override
     def state_dict(self) -> dict[str, Any]:
         """The skipped-video paths, so a resumed run keeps counting from where it stopped, and what
         was served (a multigrid schedule or not, the base shape), so a resume that cannot go on
@@ -431,12 +455,23 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ helpers
 
-    def _clip_loader(self, cache: CachedLoader, key: LoaderKey, plan: GridPlan, seed: int, start: int = 0) -> DataLoader[Any]:
+    def _clip_loader(
+        self, cache: CachedLoader, key: LoaderKey, plan: GridPlan, seed: int, start: int = 0,
+        decode_ahead: DecodeAhead | None = None,
+    ) -> DataLoader[Any]:
         dataset, epoch = self._require_train(), self._current_epoch()
         return cache.get(key, epoch, lambda: build_train_loader(
             dataset, plan, self._loader_settings, epoch=epoch, rank=key.rank, world_size=key.world_size, seed=seed,
-            start_iteration=start,
+            start_iteration=start, decode_ahead=decode_ahead,
         ))
+
+    def _decode_ahead(self) -> DecodeAhead | None:
+        """The training loader's decode-ahead thread, on the strategy's device; ``None`` when decoding is serial
+        (``decode_ahead=0``), done by the workers, or there is no Trainer (then ``on_after_batch_transfer`` decodes)."""
+        strategy = getattr(self.trainer, "strategy", None)
+        if self.frame_decode != "device" or not self.decode_ahead or strategy is None:
+            return None
+        return DecodeAhead(self._transfer.decode, strategy.root_device, self.decode_ahead)
 
     def _eval_loader(self, split: str, dataset: EvalVideoDataset) -> DataLoader[Any]:
         rank, world_size = self._rank_and_world_size()

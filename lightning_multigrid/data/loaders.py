@@ -33,8 +33,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_int
+from lightning_multigrid._internals import shutdown_loader_workers
 from lightning_multigrid.data.dataset import collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
+from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import GridPlan, GridShape
 
@@ -102,6 +104,7 @@ def build_train_loader(
     world_size: int,
     seed: int,
     start_iteration: int = 0,
+    decode_ahead: DecodeAhead | None = None,
 ) -> DataLoader[Any]:
     """Shuffled training clips of ``dataset`` at ``plan``'s grid of every iteration, from ``epoch`` on.
 
@@ -114,6 +117,9 @@ def build_train_loader(
         world_size: number of ranks.
         seed: seed of the shuffle and of every clip's draws.
         start_iteration: iterations of ``epoch`` already trained (mid-epoch resume), skipped.
+        decode_ahead: decode JPEG batches on the device in a background thread, ahead of the
+            step (:mod:`~lightning_multigrid.data.prefetch`); ``None``: batches leave as the
+            workers return them.
     """
     # Under Lightning this is built inside a *_dataloader hook, so Lightning can swap the inner
     # sampler for its DistributedSampler and keep the batch sampler's settings.
@@ -121,7 +127,7 @@ def build_train_loader(
     batch_sampler = ShortCycleBatchSampler(
         sampler, plan, drop_last=settings.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
     )
-    if settings.chunk_batches and settings.num_workers > 1:
+    if (settings.chunk_batches and settings.num_workers > 1) or decode_ahead is not None:
         return ChunkedDataLoader(
             dataset,
             batch_sampler=batch_sampler,
@@ -129,7 +135,9 @@ def build_train_loader(
             num_workers=settings.num_workers,
             collate_fn=collate_clips,
             pin_memory=settings.pin_memory,
-            persistent_workers=settings.persistent_workers,
+            persistent_workers=settings.persistent_workers and settings.num_workers > 0,
+            chunk_batches=settings.chunk_batches,
+            decode_ahead=decode_ahead,
         )
     return DataLoader(
         dataset,
@@ -185,6 +193,18 @@ class CachedLoader:
         self._key = None
         self._loader = None
 
+    def close(self) -> None:
+        """Stop the kept loader's decode-ahead thread and its workers now, and forget it.
+
+        At the end of a fit: the workers of a loader dropped without this linger until garbage
+        collection, which may run in a worker the next fit forks, where shutting them down fails.
+        """
+        if isinstance(self._loader, ChunkedDataLoader):
+            self._loader.close()
+        if self._loader is not None:
+            shutdown_loader_workers(self._loader)
+        self.clear()
+
 
 class ChunkedBatches:
     """The batches of ``batch_sampler`` cut into up to ``num_chunks`` chunks of at least ``min_chunk_size``.
@@ -233,7 +253,8 @@ def chunk(batch: list[Any], num_chunks: int, min_chunk_size: int) -> list[list[A
 
 
 class ChunkedDataLoader(DataLoader):
-    """A DataLoader whose workers decode chunks of each batch; it yields whole, joined batches.
+    """A DataLoader whose workers decode chunks of each batch; it yields whole, joined batches,
+    JPEG batches decoded on the device ahead of the step when ``decode_ahead`` is given.
 
     Args:
         dataset: the dataset, indexed by the batch sampler's items.
@@ -249,6 +270,9 @@ class ChunkedDataLoader(DataLoader):
         shuffle: as ``DataLoader``, must stay unset.
         sampler: as ``DataLoader``, must stay unset.
         drop_last: as ``DataLoader``, must stay ``False``.
+        chunk_batches: cut batches into chunks (``False``: one worker per batch, as a DataLoader).
+        decode_ahead: decode each batch on the device in a background thread while the previous
+            ones are trained on (:class:`~lightning_multigrid.data.prefetch.DecodeAhead`).
 
     Raises:
         ValueError: when ``min_chunk_size`` < 1.
@@ -267,6 +291,8 @@ class ChunkedDataLoader(DataLoader):
         shuffle: bool | None = None,
         sampler: Any = None,
         drop_last: bool = False,
+        chunk_batches: bool = True,
+        decode_ahead: DecodeAhead | None = None,
     ) -> None:
         if min_chunk_size < 1:
             raise ValueError(f"`min_chunk_size` must be >= 1, got {min_chunk_size!r}.")
@@ -283,13 +309,16 @@ class ChunkedDataLoader(DataLoader):
             persistent_workers=persistent_workers,
         )
         self.min_chunk_size = min_chunk_size
+        self.chunk_batches = chunk_batches
+        self.decode_ahead = decode_ahead
         self._chunks: ChunkedBatches | None = None
+        self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
 
     @property
     def _index_sampler(self) -> Any:
         # What the DataLoader's iterator draws worker tasks from (``batch_sampler`` by default);
         # one wrapper per loader, since a persistent workers' iterator keeps the one it first got.
-        if self.num_workers <= 1:
+        if self.num_workers <= 1 or not self.chunk_batches:
             return self.batch_sampler
         if self._chunks is None or self._chunks.batch_sampler is not self.batch_sampler:
             self._chunks = ChunkedBatches(self.batch_sampler, self.num_workers, self.min_chunk_size)  # type: ignore[arg-type]
@@ -299,7 +328,22 @@ class ChunkedDataLoader(DataLoader):
         return len(self.batch_sampler)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        if self.num_workers <= 1:
+        # A new pass (next epoch, or a reset) first ends the last one's decode thread: the
+        # persistent workers' iterator is shared between passes.
+        self.close()
+        if self.decode_ahead is None:
+            return self._whole_batches()
+        self._pass = self.decode_ahead.iterate(self._whole_batches())
+        return self._pass
+
+    def close(self) -> None:
+        """End the running pass's decode-ahead thread (no-op without one): at teardown, or when abandoned."""
+        if self._pass is not None:
+            self._pass.close()  # type: ignore[attr-defined]  # a generator
+            self._pass = None
+
+    def _whole_batches(self) -> Iterator[Any]:
+        if self.num_workers <= 1 or not self.chunk_batches:
             yield from super().__iter__()
             return
         chunks = self._index_sampler

@@ -36,7 +36,17 @@ from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import EncodedClip
 from lightning_multigrid.data.skips import report_skip
 
-__all__ = ["DeviceDecode", "EncodedBatch", "decode_batch", "decode_clips", "decode_jpegs", "jpeg_decoder"]
+__all__ = [
+    "DeviceDecode",
+    "EncodedBatch",
+    "crop_resize_flip",
+    "crop_resize_flip_per_clip",
+    "decode_batch",
+    "decode_clips",
+    "decode_jpegs",
+    "jpeg_decoder",
+    "resize_crop_flip_per_clip",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -156,14 +166,60 @@ def _clips_of(batch: EncodedBatch | Sequence[EncodedClip]) -> list[EncodedClip]:
 def _decode(clips: list[EncodedClip], device: torch.device) -> torch.Tensor:
     """The clips decoded in one batched call and assembled: ``(N, 3, T, S, S)``."""
     data = [torch.frombuffer(jpeg, dtype=torch.uint8) for clip in clips for jpeg in clip.jpegs]
-    images = decode_jpegs(data, device)
-    out = []
-    start = 0
+    return crop_resize_flip(decode_jpegs(data, device), clips)
+
+
+def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip]) -> torch.Tensor:
+    """Resize, crop and flip every decoded frame of a batch at once, and put the frames in clip order.
+
+    One ``roi_align`` per distinct frame size (one for a dataset of one aspect ratio; clips of
+    mixed sizes are grouped by size), whatever the number of clips: each frame's box is its
+    clip's crop mapped back onto the decoded frame, and ``roi_align`` averages
+    ``ceil(decoded / resized)`` bilinear samples per output pixel and axis, a box-filtered
+    approximation of the antialiased resize of :func:`resize_crop_flip_per_clip` (on the test
+    frames within about 1 grey level on average; see ``tests/test_data_device_decode.py``). Then one
+    flip and one gather for the whole batch.
+
+    Args:
+        images: uint8 ``(3, H, W)`` frames on one device, clip after clip, each clip's distinct
+            frames (:attr:`EncodedClip.jpegs`) in order.
+        clips: the clips the frames belong to; all share ``num_frames`` and ``crop_size``.
+
+    Returns:
+        uint8 ``(N, 3, T, crop_size, crop_size)`` on the frames' device.
+    """
+    from torchvision.ops import roi_align  # here: importing torchvision loads its model zoo (~1 s per process)
+
+    crop = clips[0].params.crop_size
+    device = images[0].device
+    boxes: list[tuple[float, float, float, float]] = []
+    flips: list[bool] = []
+    order: list[int] = []
     for clip in clips:
-        frames = torch.stack(images[start : start + len(clip.jpegs)])  # (distinct frames, 3, H, W)
-        start += len(clip.jpegs)
-        out.append(_resize_crop_flip(frames, clip)[list(clip.order)].transpose(0, 1))  # (3, T, S, S)
-    return torch.stack(out)
+        p = clip.params
+        offset = len(flips)
+        for image in images[offset : offset + len(clip.jpegs)]:
+            # The crop [x, x + S) of the resized frame, in the decoded frame's pixels.
+            scale_x, scale_y = image.shape[-1] / p.resize_width, image.shape[-2] / p.resize_height
+            boxes.append((p.crop_x * scale_x, p.crop_y * scale_y, (p.crop_x + crop) * scale_x, (p.crop_y + crop) * scale_y))
+            flips.append(p.flip)
+        order.extend(offset + k for k in clip.order)
+    out = torch.empty((len(images), 3, crop, crop), dtype=torch.float32, device=device)
+    by_size: dict[tuple[int, int], list[int]] = {}
+    for i, image in enumerate(images):
+        by_size.setdefault((image.shape[-2], image.shape[-1]), []).append(i)
+    box_table = torch.tensor(boxes, dtype=torch.float32)
+    for indices in by_size.values():
+        frames = torch.stack([images[i] for i in indices]).float()
+        rois = torch.cat([torch.arange(len(indices), dtype=torch.float32)[:, None], box_table[indices]], 1)
+        # sampling_ratio=0: ceil(box / output) samples per bin and axis, per box: its own scale.
+        out[indices] = roi_align(frames, rois.to(device), (crop, crop), sampling_ratio=0, aligned=True)
+    out = out.round_().clamp_(0, 255).to(torch.uint8)
+    flip = torch.tensor(flips, device=device)[:, None, None, None]
+    out = torch.where(flip, out.flip(-1), out)
+    frames_per_clip = len(clips[0].order)
+    index = torch.tensor(order, device=device)
+    return out[index].view(len(clips), frames_per_clip, 3, crop, crop).transpose(1, 2)  # (N, 3, T, S, S)
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
@@ -233,8 +289,12 @@ def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[
         return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
 
 
-def _resize_crop_flip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:
-    """``(K, 3, H, W)`` uint8 frames to ``(K, 3, S, S)`` uint8 with the clip's parameters."""
+def resize_crop_flip_per_clip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:
+    """One clip's ``(K, 3, H, W)`` uint8 frames to ``(K, 3, S, S)`` uint8: the exact antialiased resize, then crop and flip.
+
+    The reference that :func:`crop_resize_flip` is tested against and ``benchmarks/gpu.py``
+    times beside it (about ten kernels per clip); decoding uses :func:`crop_resize_flip`.
+    """
     params = clip.params
     resized = F.interpolate(
         frames.float(),
@@ -246,3 +306,13 @@ def _resize_crop_flip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:
     x, y, crop = params.crop_x, params.crop_y, params.crop_size
     out = resized[..., y : y + crop, x : x + crop].round_().clamp_(0, 255).to(torch.uint8)
     return out.flip(-1) if params.flip else out
+
+
+def crop_resize_flip_per_clip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip]) -> torch.Tensor:
+    """:func:`crop_resize_flip`'s result, clip by clip with :func:`resize_crop_flip_per_clip` (the reference)."""
+    out, start = [], 0
+    for clip in clips:
+        frames = torch.stack(list(images[start : start + len(clip.jpegs)]))  # (distinct frames, 3, H, W)
+        start += len(clip.jpegs)
+        out.append(resize_crop_flip_per_clip(frames, clip)[list(clip.order)].transpose(0, 1))  # (3, T, S, S)
+    return torch.stack(out)

@@ -1,0 +1,209 @@
+"""Decoding ahead of the step (`data/prefetch.py`): same batches as the serial path, decoded in a
+background thread; bad frames replaced and counted, strict errors raised at their batch; the thread
+ends at epoch end, when abandoned, on errors and at teardown. On CPU (no streams), with real JPEG
+frame folders and a real Trainer."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from test_data_frame_layouts import damage_huffman_table
+from torch import nn
+from torch.utils.data import DataLoader
+
+from lightning_multigrid.data.clip_params import ClipRequest
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.decoding.device import EncodedBatch
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.prefetch import THREAD_NAME, DecodeAhead
+from lightning_multigrid.data.transfer import BatchTransfer
+
+from conftest import FrameFactory
+
+
+def decode_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
+
+
+def frame_dataset(tmp_path: Path, frames: FrameFactory, damaged: bool = False) -> Path:
+    """Three good frame folders (labels 0-2) and, with ``damaged``, a fourth (label 3) whose frame 3
+    fails only in a full decode (its header reads, so the workers pass it to the device decode)."""
+    for i in range(3):
+        frames.smooth(f"v{i}", num_frames=12, width=80, height=60, seed=i)
+    lines = [f"v{i} {i}\n" for i in range(3)]
+    if damaged:
+        damage_huffman_table(frames.coded("bad", num_frames=12) / "img_00003.jpg")
+        lines.append("bad 3\n")
+    (tmp_path / "m.txt").write_text("".join(lines))
+    return tmp_path / "m.txt"
+
+
+def host_batches(manifest: Path, videos: list[list[int]], strict: bool = False) -> list[dict[str, Any]]:
+    """Collated JPEG batches, as the workers return them: one per list of video indices (every frame read)."""
+    dataset = TrainVideoDataset(manifest, frame_decode="device", strict=strict)
+    return [
+        collate_clips([dataset[ClipRequest(v, 12, 32, (1.0, 1.0), (40, 48), seed=k)] for k, v in enumerate(batch)])
+        for batch in videos
+    ]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_decoding_ahead_gives_the_serial_batches_in_order_from_a_thread(
+    tmp_path: Path, frames: FrameFactory, depth: int
+) -> None:
+    manifest = frame_dataset(tmp_path, frames)
+    videos = [[0, 1], [2, 0], [1, 1], [2, 2], [0, 2]]
+    transfer = BatchTransfer()
+    serial = host_batches(manifest, videos)
+    for batch in serial:
+        transfer.decode(batch, torch.device("cpu"))
+    decoded_in: list[str] = []
+
+    def decode(batch: dict[str, Any], device: torch.device) -> None:
+        decoded_in.append(threading.current_thread().name)
+        transfer.decode(batch, device)
+
+    ahead = DecodeAhead(decode, torch.device("cpu"), depth)
+    got = []
+    for k, batch in enumerate(ahead.iterate(host_batches(manifest, videos))):
+        # Handed out batch k: batches up to k + depth were given to the thread already.
+        assert len(decoded_in) >= min(k + 1 + depth, len(videos)) - 1
+        got.append(batch)
+    assert len(got) == len(serial)
+    for ours, expected in zip(got, serial):
+        assert not isinstance(ours["video"], EncodedBatch) and ours["video"].shape == (2, 3, 12, 32, 32)
+        assert torch.equal(ours["video"], expected["video"]) and torch.equal(ours["label"], expected["label"])
+    assert set(decoded_in) != {threading.current_thread().name} and all(n.startswith(THREAD_NAME) for n in decoded_in)
+    assert not decode_threads()  # the epoch's batches used up: the thread ended
+
+
+def test_a_bad_frame_is_replaced_and_counted_and_strict_raises_at_its_batch(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = frame_dataset(tmp_path, frames, damaged=True)
+    videos = [[0, 1], [3, 2], [1, 0]]  # the damaged video (3) in the second batch
+    ahead = DecodeAhead(BatchTransfer().decode, torch.device("cpu"))
+    batches = list(ahead.iterate(host_batches(manifest, videos)))
+    bad = str(tmp_path / "bad")
+    assert [b.get("skipped", []) for b in batches] == [[], [bad], []]
+    assert batches[1]["label"].tolist() == [2, 2]  # replaced by the good clip of its batch
+    strict = DecodeAhead(BatchTransfer(strict=True).decode, torch.device("cpu"))
+    iterator = strict.iterate(host_batches(manifest, videos, strict=True))
+    first = next(iterator)  # decoded while the second one failed in the thread: not this batch's error
+    assert first["label"].tolist() == [0, 1]
+    with pytest.raises(VideoDecodeError, match="img_00003.jpg cannot be decoded"):
+        next(iterator)
+    assert not decode_threads()
+
+
+def test_the_thread_ends_when_a_pass_is_abandoned_or_fails(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = frame_dataset(tmp_path, frames)
+    ahead = DecodeAhead(BatchTransfer().decode, torch.device("cpu"), depth=2)
+    iterator = ahead.iterate(host_batches(manifest, [[0, 1]] * 6))
+    next(iterator)
+    assert len(decode_threads()) == 1
+    iterator.close()  # what dropping it (a limit on batches, a new epoch) does
+    assert not decode_threads()
+
+    def broken_host_batches() -> Any:
+        yield from host_batches(manifest, [[0, 1]])
+        raise OSError("a worker died")
+
+    iterator = ahead.iterate(broken_host_batches())
+    with pytest.raises(OSError, match="a worker died"):
+        list(iterator)
+    assert not decode_threads()
+
+
+def test_decode_ahead_refuses_a_depth_beyond_two() -> None:
+    with pytest.raises(ValueError, match="`depth`.*1 or 2"):
+        DecodeAhead(BatchTransfer().decode, torch.device("cpu"), depth=3)
+    with pytest.raises(ValueError, match="`decode_ahead` must be 0, 1 or 2"):
+        MultigridVideoDataModule(train_manifest="m.txt", frame_decode="device", decode_ahead=3)
+
+
+# ---------------------------------------------------------------------------- in a real Trainer
+
+
+class ThreadWatchingNet(pl.LightningModule):
+    """A tiny 3D CNN that records, per training step, the batch it got and whether a decode thread was alive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(4, 4))
+        self.steps: list[tuple[tuple[int, ...], torch.dtype, bool]] = []
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        video = batch["video"]
+        self.steps.append((tuple(video.shape), video.dtype, bool(decode_threads())))
+        return nn.functional.cross_entropy(self.net(video), batch["label"])
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self.log("val_loss", nn.functional.cross_entropy(self.net(batch["video"]), batch["label"]), batch_size=len(batch["label"]))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(manifest: Path, limit_train_batches: int | None = None, **options: Any) -> tuple[ThreadWatchingNet, MultigridVideoDataModule]:
+    datamodule = MultigridVideoDataModule(
+        train_manifest=str(manifest), val_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
+        sampling_rate=2, num_workers=2, frame_decode="device", seed=0, **options,
+    )
+    model = ThreadWatchingNet()
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", devices=1, limit_train_batches=limit_train_batches, limit_val_batches=1,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|too few batches).*")
+        trainer.fit(model, datamodule=datamodule)
+    return model, datamodule
+
+
+@pytest.mark.parametrize("limit_train_batches", [None, 1], ids=["whole-epochs", "abandoned-mid-epoch"])
+def test_a_fit_trains_on_batches_decoded_ahead_and_leaves_no_thread_or_worker(
+    tmp_path: Path, frames: FrameFactory, limit_train_batches: int | None
+) -> None:
+    manifest = frame_dataset(tmp_path, frames, damaged=True)
+    model, datamodule = fit(manifest, limit_train_batches)
+    steps_per_epoch = limit_train_batches or 2  # 4 videos, 2 clips a batch
+    assert [shape for shape, _, _ in model.steps] == [(2, 3, 4, 32, 32)] * 2 * steps_per_epoch
+    assert all(dtype == torch.float32 for _, dtype, _ in model.steps)  # decoded, then normalised
+    assert all(alive for _, _, alive in model.steps)  # the thread was decoding the next batches
+    if limit_train_batches is None:  # every video was drawn: the damaged one was skipped, named and counted
+        assert datamodule.skipped_video_paths == (str(tmp_path / "bad"),)
+    assert not decode_threads()
+    assert not multiprocessing.active_children()  # teardown stopped the persistent workers
+
+
+def test_strict_raises_from_fit_and_leaves_no_thread(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = frame_dataset(tmp_path, frames, damaged=True)
+    with pytest.raises(VideoDecodeError, match="img_00003.jpg cannot be decoded"):
+        fit(manifest, strict=True)
+    assert not decode_threads()
+
+
+def test_the_serial_path_stays_reachable(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = frame_dataset(tmp_path, frames)
+    model, _ = fit(manifest, limit_train_batches=1, decode_ahead=0)
+    assert [shape for shape, _, _ in model.steps] == [(2, 3, 4, 32, 32)] * 2
+    assert not any(alive for _, _, alive in model.steps)  # decoded in the training thread
+
+
+def test_without_a_trainer_the_loader_returns_encoded_batches(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = frame_dataset(tmp_path, frames)
+    datamodule = MultigridVideoDataModule(train_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
+                                          sampling_rate=2, num_workers=0, frame_decode="device")
+    datamodule.setup("fit")
+    loader: DataLoader[Any] = datamodule.train_dataloader()
+    batch = next(iter(loader))
+    assert isinstance(batch["video"], EncodedBatch)  # `on_after_batch_transfer` decodes it
+    assert datamodule.on_after_batch_transfer(batch, 0)["video"].shape == (2, 3, 4, 32, 32)
