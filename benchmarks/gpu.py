@@ -18,14 +18,15 @@ measures, for r3d_18 at base 8 x 16 x 112 (stride 4), bf16-mixed, 14 workers:
    on the device and for mp4: training wall-clock, iterations, top-1 and the share of the loop's
    time spent waiting for data.
 5. ``read``, ``decode``, ``overlap``: the device-decode path stage by stage, per JPEG source
-   (``encoded_sources``: frame folders; each source one line there): the workers reading the sampled
+   (``encoded_sources``: frame folders and the same frames packed into a store, level 0 at the grids'
+   largest short side; each source one line there): the workers reading the sampled
    JPEG bytes (clips/s and frames/s, nothing decoded); decoding batches already read, with the
    per-clip resize loop against the one batched crop-resize-flip (whole decode, and the
    crop-resize alone); and per grid the training step alone, the decode then the step in the
    training thread (``decode_ahead=0``), and the decode overlapped with the step
    (``data/prefetch.py``, a side stream), with the overlapped step's inflation over the step alone.
    ``end_to_end:frames-serial`` is ``end_to_end:frames`` with the serial decode, for the same comparison
-   in a whole run.
+   in a whole run; ``end_to_end:store`` trains from the training frames packed into stores.
 6. ``gpu_path``: ``16-mixed`` and ``channels_last_3d`` steps; Lightning's ``strategy="fsdp"`` on one
    device with ``MultigridCallback`` (MultigridBatchNorm inside FSDP); ``torch.compile`` across the
    grids (compile time of each new shape, step time against eager).
@@ -81,6 +82,7 @@ from lightning_multigrid.data.manifests.load import load_manifest  # noqa: E402
 from lightning_multigrid.data.prefetch import DecodeAhead  # noqa: E402
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video  # noqa: E402
 from lightning_multigrid.data.tools.extract import extract_frames  # noqa: E402
+from lightning_multigrid.data.tools.pack import pack_frames  # noqa: E402
 from lightning_multigrid.data.transfer import BatchTransfer, normalize_video  # noqa: E402
 from lightning_multigrid.module import VideoClassifier  # noqa: E402
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm  # noqa: E402
@@ -212,6 +214,9 @@ def make_data(setup: Setup, root: Path, sections: set[str]) -> dict[str, Any]:
         for job in jobs:
             job.result()
     manifests["frames"] = extract_frames(load_manifest(manifests["mp4 gop250"]), root / "frames250", progress=False).manifest
+    # The same frames packed, level 0 at the grids' largest short side (160 for a 112 crop).
+    manifests["store"] = pack_frames(load_manifest(manifests["frames"]), root / "frames250.store",
+                                     crop_size=setup.base.crop_size, progress=False).store
     data["loader_manifests"] = {k: str(v) for k, v in manifests.items()}
     data["seconds"]["loader_data"] = time.perf_counter() - started
     if any(name.startswith("end_to_end") for name in sections):
@@ -224,6 +229,11 @@ def make_data(setup: Setup, root: Path, sections: set[str]) -> dict[str, Any]:
             str(extract_frames(load_manifest(root / "train" / f"{split}.csv"), root / "train" / "frames",
                                progress=False).manifest)
             for split in ("train", "val")
+        )
+        data["train_stores"] = tuple(
+            str(pack_frames(load_manifest(path), root / "train" / f"{Path(path).stem}.store",
+                            crop_size=setup.base.crop_size, progress=False).store)
+            for path in data["train_frame_manifests"]
         )
         data["seconds"]["train_data"] = time.perf_counter() - started
         data["train_disk_mib"] = {
@@ -457,6 +467,7 @@ def encoded_sources(data: dict[str, Any]) -> dict[str, TrainVideoDataset]:
     (``frame_decode="device"``), same videos. A new source (a packed store) is one more line."""
     return {
         "frames": TrainVideoDataset(Path(data["loader_manifests"]["frames"]), frame_decode="device"),
+        "store": TrainVideoDataset(Path(data["loader_manifests"]["store"]), frame_decode="device"),
     }
 
 
@@ -577,8 +588,9 @@ def end_to_end(setup: Setup, data: dict[str, Any], source: str, decode_ahead: in
         accelerator="gpu" if setup.device == "cuda" else "cpu", precision=setup.precision,
     )
     data_dir = Path(data["train_dir"])
-    manifests = tuple(Path(p) for p in data["train_frame_manifests"]) if source == "frames" else None
-    decode = "device" if source == "frames" else "workers"
+    encoded = {"frames": "train_frame_manifests", "store": "train_stores"}
+    manifests = tuple(Path(p) for p in data[encoded[source]]) if source in encoded else None
+    decode = "device" if source in encoded else "workers"
     results = {}
     for name, multigrid in (("baseline", False), ("multigrid", True)):
         result = train_run(args, data_dir, multigrid, None, setup.backbone, manifests, decode, decode_ahead)  # type: ignore[arg-type]
@@ -759,7 +771,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 SECTIONS = (
-    "env", "model", "read", "decode", "overlap", "end_to_end:frames", "end_to_end:frames-serial", "loader", "stages",
+    "env", "model", "read", "decode", "overlap", "end_to_end:frames", "end_to_end:frames-serial", "end_to_end:store",
+    "loader", "stages",
     "end_to_end:mp4", "precision", "fsdp", "compile",
 )
 
@@ -789,6 +802,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "end_to_end:frames": ("end_to_end:frames (device decode)", lambda: end_to_end(setup, data, "frames"), False),
             "end_to_end:frames-serial": ("end_to_end:frames (device decode, serial)",
                                          lambda: end_to_end(setup, data, "frames", decode_ahead=0), False),
+            "end_to_end:store": ("end_to_end:store (device decode)", lambda: end_to_end(setup, data, "store"), False),
             "loader": ("loader", lambda: loader_table(setup, schedule, data, nvdec_usable(report)), False),
             "stages": ("stages", lambda: stage_table(setup, schedule, data), False),
             "end_to_end:mp4": ("end_to_end:mp4 (workers)", lambda: end_to_end(setup, data, "mp4"), False),

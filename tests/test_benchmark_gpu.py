@@ -30,7 +30,8 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
         baseline, multigrid = result["baseline"], result["multigrid"]
         assert baseline["iterations"] > multigrid["iterations"] > 0  # the schedule saves iterations
         assert 0 <= multigrid["data_wait_share"] <= 1 and 0 <= baseline["top1"] <= 1
-    assert {(row["source"], row["grid"]) for row in report["device_path:read"]} == {("frames", "coarsest"), ("frames", "base")}
+    assert {(row["source"], row["grid"]) for row in report["device_path:read"]} == {
+        (source, grid) for source in ("frames", "store") for grid in ("coarsest", "base")}
     assert all(row["read_frames_per_s"] > row["read_clips_per_s"] > 0 for row in report["device_path:read"])
     for row in report["device_path:decode"]:
         assert all(row[f"{stage}_{method}_clips_per_s"] > 0 for stage in ("decode", "resize") for method in ("per_clip", "batched"))
@@ -38,8 +39,9 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
     for row in report["device_path:overlap"]:
         assert min(row["step_alone_ms"], row["decode_then_step_ms"], row["overlapped_ms"]) > 0
         assert row["inflation"] == pytest.approx(row["overlapped_ms"] / row["step_alone_ms"])
-    serial = report["end_to_end:frames (device decode, serial)"]
-    assert serial["baseline"]["iterations"] > serial["multigrid"]["iterations"] > 0
+    for name in ("frames (device decode, serial)", "store (device decode)"):
+        run = report[f"end_to_end:{name}"]
+        assert run["baseline"]["iterations"] > run["multigrid"]["iterations"] > 0
     assert [row["precision"] for row in report["gpu_path:precision"]] == ["32-true"] * 4
     markdown = (tmp_path / "gpu.md").read_text()
     assert "| coarsest (64 x 2 x 16) |" in markdown and "| multigrid |" in markdown
