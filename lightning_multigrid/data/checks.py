@@ -21,7 +21,8 @@ from lightning_multigrid.data.synthetic import check_texture_cell
 from lightning_multigrid.grid import GridPlan, count_batches
 
 __all__ = [
-    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_arguments", "existing_manifest",
+    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_arguments", "check_synthetic_format",
+    "existing_manifest",
 ]
 
 
@@ -114,6 +115,17 @@ def check_synthetic_arguments(
     if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
         raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
     check_texture_cell("synthetic_texture_cell", synthetic_texture_cell)
+
+
+def check_synthetic_format(synthetic_format: str, synthetic_dir: str | None) -> None:
+    """``"mp4"`` (the videos) or ``"store"`` (packed frame stores), and only with ``synthetic_dir``."""
+    if synthetic_format not in ("mp4", "store"):
+        raise ValueError(f"`synthetic_format` must be 'mp4' or 'store', got {synthetic_format!r}.")
+    if synthetic_format != "mp4" and synthetic_dir is None:
+        raise ValueError(
+            f"`synthetic_format={synthetic_format!r}` applies to the built-in synthetic dataset: pass `synthetic_dir` "
+            "too, or pack your own videos with `lightning-multigrid pack-frames` and pass the store as a manifest."
+        )
 
 
 def existing_manifest(argument: str, path: str | None) -> str:

@@ -28,6 +28,7 @@ from lightning_multigrid.data.checks import (
     check_eval_classes,
     check_store_fits,
     check_synthetic_arguments,
+    check_synthetic_format,
     existing_manifest,
 )
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
@@ -45,7 +46,13 @@ from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind, c
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
-from lightning_multigrid.data.synthetic import ensure_synthetic_dataset, synthetic_files
+from lightning_multigrid.data.synthetic import (
+    ensure_synthetic_dataset,
+    ensure_synthetic_stores,
+    synthetic_files,
+    synthetic_store_files,
+)
+from lightning_multigrid.data.tools.pack import store_levels
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
@@ -80,6 +87,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         synthetic_size: ``(train, val)`` videos to generate into ``synthetic_dir``.
         synthetic_texture_cell: the synthetic checkerboard's cell in pixels (default 6 px: fine
             detail that the coarsest grids blur away; 12 px stays visible on every grid).
+        synthetic_format: ``"mp4"`` trains on the synthetic videos; ``"store"`` on them packed once
+            (in ``prepare_data``) into frame stores for this crop (``pack-frames``), the faster path
+            on few CPU cores (docs/data.md).
         batch_size: baseline clips per device ``B``; val/test batches have this size.
         num_frames: baseline frames per clip ``T``.
         crop_size: baseline square crop ``S`` in pixels.
@@ -138,6 +148,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         synthetic_dir: str | None = None,
         synthetic_size: tuple[int, int] = (240, 60),
         synthetic_texture_cell: int | None = None,
+        synthetic_format: Literal["mp4", "store"] = "mp4",
         batch_size: int = 8,
         num_frames: int = 16,
         crop_size: int = 112,
@@ -176,6 +187,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         check_int("decode_ahead", decode_ahead, 0)
         if decode_ahead > 2:
             raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
+        check_synthetic_format(synthetic_format, synthetic_dir)
         if synthetic_dir is not None:
             check_synthetic_arguments(
                 synthetic_size, synthetic_texture_cell, train_manifest=train_manifest, val_manifest=val_manifest,
@@ -187,12 +199,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.root_dir, self.class_names = root_dir, class_names
         self.synthetic_dir, self.synthetic_texture_cell = synthetic_dir, synthetic_texture_cell
         self.synthetic_size = (int(synthetic_size[0]), int(synthetic_size[1]))
+        self.synthetic_format = synthetic_format
         self.flip, self.seed, self.metadata_file, self.frame_decode = flip, seed, metadata_file, frame_decode
         self.decode_ahead = decode_ahead
         self.filename_tmpl, self.allow_frame_gaps, self.manifest_kind = filename_tmpl, allow_frame_gaps, manifest_kind
         self.save_hyperparameters()
         if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
             self.train_manifest, self.val_manifest, self.class_names = synthetic_files(synthetic_dir)
+            if synthetic_format == "store":  # packed in prepare_data; a store holds its class names
+                level = store_levels(crop_size, jitter_scales)[0]
+                (self.train_manifest, self.val_manifest), self.class_names = synthetic_store_files(synthetic_dir, level), None
 
         self._plan: GridPlan = self._baseline
         self._train_dataset: TrainVideoDataset | None = None
@@ -569,3 +585,5 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed,
                 texture_cell=self.synthetic_texture_cell,
             )
+            if self.synthetic_format == "store":
+                ensure_synthetic_stores(self.synthetic_dir, self.base_shape.crop_size, self.clip_sampling.jitter_scales)

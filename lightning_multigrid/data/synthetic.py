@@ -116,6 +116,36 @@ def ensure_synthetic_dataset(
     generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=seed, texture_cell=texture_cell)
 
 
+def synthetic_store_files(root: str | os.PathLike[str], level: int) -> tuple[str, str]:
+    """The train and val frame stores of a synthetic dataset in ``root``, packed with level 0 at ``level`` px."""
+    base = Path(root)
+    return str(base / f"train-L{level}.store"), str(base / f"val-L{level}.store")
+
+
+def ensure_synthetic_stores(
+    root: str | os.PathLike[str], crop_size: int, jitter_scales: tuple[int, int] | None = None
+) -> tuple[str, str]:
+    """Pack the synthetic videos of ``root`` into train and val frame stores for a base crop (``pack-frames``),
+    unless stores packed since the manifests were written are there; returns their folders.
+
+    The manifests are written last when a dataset is (re)generated, so a store older than its
+    manifest holds the videos of an earlier dataset and is packed again.
+    """
+    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.store.format import HEADER_FILE
+    from lightning_multigrid.data.tools.pack import pack_frames, store_levels
+
+    train, val, names = synthetic_files(root)
+    stores = synthetic_store_files(root, store_levels(crop_size, jitter_scales)[0])
+    for manifest, store in zip((train, val), stores):
+        header = Path(store) / HEADER_FILE
+        if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
+            continue
+        pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size, jitter_scales=jitter_scales,
+                    progress=False)
+    return stores
+
+
 _SETTINGS_FILE = "synthetic.json"
 
 

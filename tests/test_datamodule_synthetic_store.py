@@ -1,0 +1,64 @@
+"""The built-in synthetic dataset trained from packed frame stores (`synthetic_format="store"`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.data.store.reader import PackedFrameReader
+from lightning_multigrid.module import VideoClassifier
+
+
+def _datamodule(root: Path, **kwargs) -> MultigridVideoDataModule:
+    return MultigridVideoDataModule(
+        synthetic_dir=str(root), synthetic_size=(8, 4), batch_size=2, num_frames=4, crop_size=32,
+        sampling_rate=1, num_workers=0, **kwargs,
+    )
+
+
+def test_the_synthetic_videos_are_packed_once_and_trained_from(tmp_path: Path) -> None:
+    datamodule = _datamodule(tmp_path, synthetic_format="store")
+    # Level 0 at the jitter maximum for a 32 crop: 32 * 320 / 224 = 45.7 -> 46 px.
+    assert Path(datamodule.train_manifest).name == "train-L46.store" and datamodule.class_names is None
+    model = VideoClassifier(num_classes=4, backbone="tiny", tiny_width=2, lr=0.01, milestones=[3])
+    trainer = pl.Trainer(max_epochs=4, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         callbacks=[MultigridCallback(precise_bn_batches=0, preflight=False)])
+    trainer.fit(model, datamodule=datamodule)
+    assert trainer.global_step > 0
+    assert isinstance(datamodule._train_dataset.reader, PackedFrameReader)
+    assert datamodule._val_dataset.manifest.format == "store"
+    header = Path(datamodule.train_manifest) / "store.json"
+    packed_at = header.stat().st_mtime_ns
+    _datamodule(tmp_path, synthetic_format="store").prepare_data()
+    assert header.stat().st_mtime_ns == packed_at  # complete and newer than the manifests: not packed again
+    manifest = Path(tmp_path) / "train.csv"
+    os.utime(manifest, ns=(packed_at + 10**9, packed_at + 10**9))  # the dataset written again since
+    _datamodule(tmp_path, synthetic_format="store").prepare_data()
+    assert header.stat().st_mtime_ns > packed_at
+
+
+def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:
+    videos, store = _datamodule(tmp_path), _datamodule(tmp_path, synthetic_format="store")
+    for datamodule in (videos, store):
+        datamodule.prepare_data()
+        datamodule.setup("fit")
+    request = next(iter(videos.train_dataloader().batch_sampler))[0]
+    from_videos = videos._train_dataset[request]["video"].float()
+    from_store = store._train_dataset[request]["video"].float()
+    assert from_videos.shape == from_store.shape
+    assert (from_videos - from_store).abs().mean() < 12  # mp4 decoded, then JPEG at 46 px: grey levels
+    assert videos._train_dataset[request]["label"] == store._train_dataset[request]["label"]
+
+
+@pytest.mark.parametrize("given", [{"synthetic_format": "jpeg"}, {"synthetic_format": "store", "synthetic_dir": None}])
+def test_synthetic_format_is_checked(tmp_path: Path, given: dict) -> None:
+    arguments = {"synthetic_dir": str(tmp_path), **given}
+    with pytest.raises(ValueError, match="synthetic_format"):
+        MultigridVideoDataModule(**arguments, train_manifest=None if arguments["synthetic_dir"] else "x.csv")
