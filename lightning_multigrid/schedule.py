@@ -547,8 +547,11 @@ def build_schedule(config: MultigridConfig) -> MultigridSchedule:
     if config.full_grid_share > 0 and (config.long_cycle or config.short_cycle):
         pieces, ends = _allocate_with_full_grid(config, pieces, lengths, config.max_epochs * factor)
     else:
-        total_epochs = round(config.max_epochs * factor)
-        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs)
+        # The reference truncates where the long cycle is off (`int(s * EPOCH_FACTOR)`: 45 x 1.5 -> 67)
+        # and rounds the long cycle's cumulative ends.
+        truncate = not config.long_cycle
+        total_epochs = math.floor(config.max_epochs * factor + 1e-9) if truncate else round(config.max_epochs * factor)
+        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs, truncate=truncate)
 
     stages: list[Stage] = []
     start = 0
@@ -659,9 +662,9 @@ def _lr_stage_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]
 
 
 def _allocate_epochs(
-    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int
+    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int, truncate: bool = False
 ) -> tuple[list[_Piece], list[int]]:
-    """Scale exact lengths to ``target`` epochs and round the cumulative ends, as the reference.
+    """Scale exact lengths to ``target`` epochs and round (``truncate``: floor) the cumulative ends, as the reference.
 
     Then repair what rounding breaks on short schedules: every piece gets at least one epoch
     (fine-tuning two, one per LR half), taken from the longest pieces; when the epochs cannot
@@ -706,7 +709,7 @@ def _allocate_epochs(
     ends, cumulative = [], 0.0
     for length in lengths:
         cumulative += length * scale
-        ends.append(round(cumulative))
+        ends.append(math.floor(cumulative + 1e-9) if truncate else round(cumulative))
     ends[-1] = total_epochs
     epochs = [end - start for start, end in zip([0, *ends], ends)]
     minimum = [_minimum_epochs(p) for p in pieces]

@@ -65,6 +65,15 @@ def test_json_short_cycle_only():
     assert drops == [141, 231, 294]
 
 
+def test_short_cycle_only_milestones_are_the_references():
+    # PySlowFast truncates: int(45 * 1.5) = 67, int(75 * 1.5) = 112, int(95 * 1.5) = 142.
+    args = ("--batch-size 8 --num-frames 32 --crop-size 224 --milestones 45 75 --max-epochs 95 --no-long-cycle "
+            "--format json").split()
+    data = json.loads(run_cli(*args).stdout)
+    drops = [e["epoch"] for e, prev in zip(data["epochs"][1:], data["epochs"]) if e["lr_stage"] != prev["lr_stage"]]
+    assert (drops, data["max_epochs"]) == ([67, 112], 142)
+
+
 def test_json_long_cycle_only_has_empty_short_cycle():
     data = json.loads(run_cli(*KINETICS_ARGS, "--no-short-cycle", "--format", "json").stdout)
     assert all(e["short_cycle"] == [] for e in data["epochs"])
