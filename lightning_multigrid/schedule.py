@@ -34,6 +34,8 @@ __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
     "DEFAULT_SHORT_CYCLE_FACTORS",
     "MULTIGRID_OPTIONS",
+    "PRETRAINED_LONG_CYCLE_FACTORS",
+    "SHORT_RUN_BASELINE_STEPS",
     "BNPlan",
     "GridCount",
     "GridShape",
@@ -44,6 +46,7 @@ __all__ = [
     "build_schedule",
     "check_milestones",
     "check_options",
+    "default_long_cycle_factors",
     "grid_counts",
     "plan_batchnorm",
 ]
@@ -57,6 +60,13 @@ DEFAULT_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = (
 )
 # Crop factors of the first two short-cycle iterations, relative to the baseline crop.
 DEFAULT_SHORT_CYCLE_FACTORS: tuple[float, float] = (0.5, 0.5**0.5)
+# Runs of fewer baseline optimizer steps per device are short: below multigrid's published regime.
+SHORT_RUN_BASELINE_STEPS = 10_000
+# The default long-cycle shapes of a short run that starts from pretrained weights. To be chosen from
+# the accuracy map (benchmarks/accuracy.py --map, docs/accuracy.md): the option that stays within 1
+# point of the baseline on both fine-tuning tasks at the largest CPU saving. Until that map is taken
+# on a quiet machine, the paper's shapes.
+PRETRAINED_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = DEFAULT_LONG_CYCLE_FACTORS
 
 
 class ShortScheduleWarning(UserWarning):
@@ -340,6 +350,18 @@ def check_options(
         or not all(_is_factor(f) for f in short_cycle_factors)
     ):
         raise ValueError(f"`short_cycle_factors` must be two factors in (0, 1], got {short_cycle_factors!r}.")
+
+
+def default_long_cycle_factors(pretrained: bool | None, baseline_steps: int | None) -> tuple[tuple[float, float], ...]:
+    """The long-cycle shapes when the user names none.
+
+    ``PRETRAINED_LONG_CYCLE_FACTORS`` for a short run (fewer than ``SHORT_RUN_BASELINE_STEPS``
+    baseline optimizer steps per device) from pretrained weights; the paper's four shapes otherwise,
+    and when either is not known (``None``).
+    """
+    if pretrained and baseline_steps is not None and baseline_steps < SHORT_RUN_BASELINE_STEPS:
+        return PRETRAINED_LONG_CYCLE_FACTORS
+    return DEFAULT_LONG_CYCLE_FACTORS
 
 
 def check_milestones(milestones: Sequence[Any], max_epochs: int | None = None) -> None:
