@@ -46,10 +46,28 @@ at most 0.5). Run at ``--crop-size 16`` too, it shows how much of the texture cu
 crop (measured: 0.996 at 32 px, 0.856 at 16 px: stripes and checkerboard alias to different
 patterns below the sampling limit, so the cue is weakened there, not erased).
 
+**A second fine-tuning task** (``--finetune-pair texture``; the one above is ``detail``, the
+default): the backbone pretrains on the motion direction only (the ``coarse`` task's videos, drawn
+from another seed, labelled by direction: 4 classes) and fine-tunes on direction x texture (the
+``coarse`` task, 8 classes): the classes now differ by a cue the pretraining never saw but that
+every grid shows (an 8-px texture), not by detail only the full grid resolves.
+
+**The map** (``--map``): top-1 against CPU saving for the schedule options we have
+(``MAP_VARIANTS``: the paper's four shapes, without the coarsest shape, spatial-only, short cycle
+only, ``full_grid_share=0.25``, ``epoch_factor=1``), on both fine-tuning tasks, ``--seeds`` seeds
+each, written to ``--out/map.json``: per option and task the mean test top-1, its difference from
+the baseline in points, the CPU and iteration savings, and the option that stays within 1 point
+of the baseline on both tasks at the largest CPU saving (the pretrained default,
+``schedule.PRETRAINED_LONG_CYCLE_FACTORS``), or none.
+
 Validation (160 videos, base shape, precise BN for multigrid) runs every ``epochs / 8`` epochs
 for the curves; its time (and precise BN's) is left out of the wall-clock, which is training
-only. The table also gives the process's CPU seconds: steadier than wall-clock on a shared
-machine (the loader runs in the main process, one torch thread). Results go to
+only. After training, every run is evaluated on an independent **test set** (``--num-test``,
+800 videos, the same generator with another seed: 0.125 points a video, where 160 validation
+videos cannot resolve one point). The table also gives the process's CPU seconds (user + sys of
+this process, ``time.process_time``): steadier than wall-clock on a shared machine (the loader runs
+in the main process, one torch thread); runs are measured one at a time, in one process, and
+CPU seconds compare only when that process had the machine to itself. Results go to
 ``--out/results.json`` after every run (so a long run can be reported before it ends), then a
 table per task and length (mean and spread of top-1 over seeds) and ``--out/accuracy.png``
 (top-1 against wall-clock, like the paper's Figure 3) and ``--out/curves.png`` (validation
@@ -62,6 +80,9 @@ curves).
         short-run --seeds 3 --long-seeds 3             # the short-run mode against the baseline and defaults
     python benchmarks/accuracy.py --accelerator gpu    # on a GPU machine
     python benchmarks/accuracy.py --report out/results.json   # tables and figures of saved results
+    nice -n 19 python benchmarks/accuracy.py --map --seeds 3 --out out/map   # the pretrained default's map
+
+Defaults kept from before the test set, except that one is added (``--num-test 800``).
 """
 
 from __future__ import annotations
@@ -91,6 +112,23 @@ from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.schedule import grid_counts
 
 TASKS: dict[str, int] = {"coarse": 8, "fine": 2}  # name -> texture cell in pixels
+
+
+@dataclass(frozen=True)
+class FinetunePair:
+    """A fine-tuning task: pretrain on ``pretrain`` (labelled ``labels``), fine-tune on ``finetune``."""
+
+    pretrain: str
+    labels: str  # "all": the 8 classes; "direction": the 4 motion directions only
+    finetune: str
+
+
+FINETUNE_PAIRS: dict[str, FinetunePair] = {
+    # Pretrained on both cues at coarse detail; the classes differ by fine detail only the full grid resolves.
+    "detail": FinetunePair("coarse", "all", "fine"),
+    # Pretrained on motion only; the classes differ by a texture every grid shows, new to the backbone.
+    "texture": FinetunePair("coarse", "direction", "coarse"),
+}
 # name -> MultigridCallback arguments (None: the baseline, no callback)
 VARIANTS: dict[str, dict[str, Any] | None] = {
     "baseline": None,
@@ -109,6 +147,16 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     # The short-run mode: coarse grids at the base batch for at most half the epochs, then the full grid.
     "short-run": {"short_run": True},
 }
+# The map's options (--map): the schedule options we have, for the pretrained default.
+MAP_VARIANTS: dict[str, dict[str, Any] | None] = {
+    "baseline": None,
+    "defaults": {},  # the paper's four long-cycle shapes
+    "no-coarsest": {"long_cycle_factors": [(0.5, 0.5**0.5), (0.5, 1.0), (1.0, 1.0)]},
+    "spatial-only": {"long_cycle_factors": [(1.0, 0.5**0.5), (1.0, 1.0)]},
+    "short-only": {"long_cycle": False},
+    "full-grid-25": {"full_grid_share": 0.25},
+    "epochs-x1": {"epoch_factor": 1.0},
+}
 # Diagnosis (the issue's suspects), run with --variants: precise BN.
 DIAGNOSES: dict[str, dict[str, Any]] = {
     "no-precise-bn": {"precise_bn_batches": 0},
@@ -116,7 +164,7 @@ DIAGNOSES: dict[str, dict[str, Any]] = {
 
 
 # Schedule lengths: from scratch (short, long), and the fine-tuning scenario's two parts.
-LENGTHS = ("short", "long", "pretrain", "finetune")
+LENGTHS = ("short", "long", "pretrain", "pretrain-direction", "finetune")
 
 
 @dataclass(frozen=True)
@@ -131,8 +179,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS))
     parser.add_argument("--lengths", nargs="+", choices=("short", "long"), default=["short", "long"])
     parser.add_argument(
-        "--variants", nargs="+", choices=(*VARIANTS, *DIAGNOSES), default=list(VARIANTS),
-        help="runs of the short schedule (default: all but the diagnoses)",
+        "--variants", nargs="+", choices=(*VARIANTS, *MAP_VARIANTS, *DIAGNOSES),
+        help="runs of the short schedule (default: all but the diagnoses; with --map, MAP_VARIANTS)",
     )
     parser.add_argument(
         "--long-variants", nargs="+", choices=(*VARIANTS, *DIAGNOSES),
@@ -142,8 +190,11 @@ def parse_args() -> argparse.Namespace:
         "--scenario", choices=("scratch", "finetune"), default="scratch",
         help="scratch: every run from random weights; finetune: pretrain once, fine-tune from those weights",
     )
-    parser.add_argument("--pretrain-task", choices=tuple(TASKS), default="coarse", help="finetune: pretraining task")
-    parser.add_argument("--finetune-task", choices=tuple(TASKS), default="fine", help="finetune: fine-tuning task")
+    parser.add_argument(
+        "--finetune-pair", choices=tuple(FINETUNE_PAIRS), default="detail",
+        help="finetune: detail (pretrain coarse, fine-tune fine) or texture (pretrain on direction, fine-tune coarse)",
+    )
+    parser.add_argument("--map", action="store_true", help="the map: MAP_VARIANTS on both fine-tuning pairs")
     parser.add_argument("--pretrain-seed", type=int, default=100, help="finetune: seed of the pretraining run")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds are first-seed, first-seed + 1, ...")
     parser.add_argument("--seeds", type=int, default=2, help="seeds per run (short schedule)")
@@ -152,6 +203,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--long-factor", type=int, default=4, help="long schedule = this x the short one")
     parser.add_argument("--num-train", type=int, default=960)
     parser.add_argument("--num-val", type=int, default=160)
+    parser.add_argument("--num-test", type=int, default=800, help="independent test videos per task (another seed)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--num-frames", type=int, default=8)
     parser.add_argument("--crop-size", type=int, default=32)
@@ -173,8 +225,10 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--markdown", action="store_true", help="with --report: also print Markdown tables")
     args = parser.parse_args()
+    if args.variants is None:
+        args.variants = list(MAP_VARIANTS if args.map else VARIANTS)
     if args.quick:
-        args.num_train, args.num_val, args.epochs, args.long_factor = 32, 16, 4, 2
+        args.num_train, args.num_val, args.num_test, args.epochs, args.long_factor = 32, 16, 16, 4, 2
         args.seeds = args.long_seeds = 1
         args.precise_bn_batches = 2
     return args
@@ -191,7 +245,7 @@ def run_one(
     setting: Setting,
     variant: str,
     seed: int,
-    data: tuple[TrainVideoDataset, EvalVideoDataset],
+    data: tuple[TrainVideoDataset, EvalVideoDataset, EvalVideoDataset],
     weights: Path | None = None,
     save_backbone: Path | None = None,
 ) -> dict[str, Any]:
@@ -209,7 +263,7 @@ def run_one(
         milestones=milestones, warmup_epochs=warmup, dropout_rate=0.0,
         weights=None if weights is None else str(weights),
     )
-    options = {**VARIANTS, **DIAGNOSES}[variant]
+    options = {**VARIANTS, **MAP_VARIANTS, **DIAGNOSES}[variant]
     clock = TrainingClock()
     callbacks: list[pl.Callback] = [clock]
     multigrid = None
@@ -224,6 +278,7 @@ def run_one(
     )
     trainer.fit(model, datamodule=datamodule)
     final = trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/top1"]
+    test_top1 = evaluate_test(trainer, model, args, seed, data[2])
     if save_backbone is not None:
         torch.save(model.backbone.state_dict(), save_backbone)
     clock.curve[-1]["epoch"] = trainer.current_epoch  # the final validation
@@ -237,24 +292,65 @@ def run_one(
         "task": setting.task, "length": setting.length, "variant": variant, "seed": seed,
         "baseline_epochs": setting.epochs, "epochs": trainer.current_epoch, "iterations": trainer.global_step,
         "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "cpu_seconds": clock.train_cpu_seconds,
-        "top1": float(final),
+        "top1": float(final), "test_top1": test_top1, "test_videos": len(data[2]),
         "curve": clock.curve,
     }
 
 
-def load_data(args: argparse.Namespace, task: str, root: Path) -> tuple[TrainVideoDataset, EvalVideoDataset]:
-    directory = root / task
+def evaluate_test(
+    trainer: pl.Trainer, model: VideoClassifier, args: argparse.Namespace, seed: int, test: EvalVideoDataset
+) -> float:
+    """Top-1 on the independent test set: a validation pass over it, through a DataModule of its own."""
+    datamodule = MultigridVideoDataModule(
+        train_manifest="unused", val_manifest="unused", batch_size=args.batch_size, num_frames=args.num_frames,
+        crop_size=args.crop_size, sampling_rate=2, flip=False, num_workers=args.workers, seed=seed,
+    )
+    datamodule.use_datasets(val=test)
+    return float(trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/top1"])
+
+
+def load_data(
+    args: argparse.Namespace, task: str, root: Path, labels: str = "all", seed: int = 0
+) -> tuple[TrainVideoDataset, EvalVideoDataset, EvalVideoDataset]:
+    """Training, validation and test sets of ``task`` (videos of ``seed``; the test set's of another seed).
+
+    ``labels="direction"`` labels each video by its motion direction only (4 classes).
+    """
+    directory, test_directory = root / f"{task}-{seed}", root / f"{task}-test"
     if not (directory / "train.csv").exists():
         generate_synthetic_dataset(
             directory, num_train=args.num_train, num_val=args.num_val, num_classes=8, width=64, height=48,
-            num_frames=40, seed=0, texture_cell=TASKS[task],
+            num_frames=40, seed=seed, texture_cell=TASKS[task],
         )
+    if not (test_directory / "val.csv").exists():
+        # The same generator, another seed; its one training video is not used.
+        generate_synthetic_dataset(
+            test_directory, num_train=1, num_val=args.num_test, num_classes=8, width=64, height=48,
+            num_frames=40, seed=1000, texture_cell=TASKS[task],
+        )
+    manifests = [_manifest(directory / "train.csv", labels), _manifest(directory / "val.csv", labels),
+                 _manifest(test_directory / "val.csv", labels)]
     # Decoded once into RAM: decoding stays out of the timed loop, as on a GPU box whose loader keeps up.
-    train_manifest, val_manifest = load_manifest(directory / "train.csv"), load_manifest(directory / "val.csv")
-    train = TrainVideoDataset(train_manifest, flip=False, reader=InMemoryReader(train_manifest.entries))
-    val = EvalVideoDataset(val_manifest, num_frames=args.num_frames, crop_size=args.crop_size, sampling_rate=2,
-                           reader=InMemoryReader(val_manifest.entries))
-    return train, val
+    train = TrainVideoDataset(manifests[0], flip=False, reader=InMemoryReader(manifests[0].entries))
+    val, test = (
+        EvalVideoDataset(m, num_frames=args.num_frames, crop_size=args.crop_size, sampling_rate=2,
+                         reader=InMemoryReader(m.entries))
+        for m in manifests[1:]
+    )
+    return train, val, test
+
+
+def _manifest(path: Path, labels: str) -> Any:
+    """The manifest at ``path``, or (``labels="direction"``) a copy beside it labelled ``label // 2``.
+
+    The synthetic classes are ``texture + 2 * direction`` (``SYNTHETIC_CLASS_NAMES``).
+    """
+    if labels == "all":
+        return load_manifest(path)
+    relabelled = path.with_name(f"{path.stem}-direction.csv")
+    lines = [line.rsplit(" ", 1) for line in path.read_text().splitlines() if line.strip()]
+    relabelled.write_text("".join(f"{video} {int(label) // 2}\n" for video, label in lines))
+    return load_manifest(relabelled)
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, float]]:
@@ -267,6 +363,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
         top1 = [r["top1"] for r in runs]
         summary[key] = {
             "seeds": len(runs),
+            "test_top1": statistics.fmean(r.get("test_top1", math.nan) for r in runs),
             "top1": statistics.fmean(top1),
             "top1_min": min(top1),
             "top1_max": max(top1),
@@ -294,7 +391,7 @@ def format_report(results: list[dict[str, Any]], machine: str) -> str:
         epochs = next(r["baseline_epochs"] for r in results if r["task"] == task and r["length"] == length)
         lines.append(f"\n{task} task (texture cell {TASKS[task]} px), {length} schedule ({epochs} baseline epochs), "
                      f"{machine}")
-        lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'iterations':>10} "
+        lines.append(f"{'run':<15} {'seeds':>5} {'top-1 mean':>10} {'min-max':>11} {'test top-1':>10} {'iterations':>10} "
                      f"{'full grid':>9} {'train s':>8} {'CPU s':>7} {'wall x':>7} {'CPU x':>6} {'vs base':>8}")
         for variant, s in rows.items():
             speed = f"{base['seconds'] / s['seconds']:.2f}x" if base else "-"
@@ -302,6 +399,7 @@ def format_report(results: list[dict[str, Any]], machine: str) -> str:
             delta = f"{100 * (s['top1'] - base['top1']):+.1f}" if base else "-"
             lines.append(
                 f"{variant:<15} {s['seeds']:>5} {s['top1']:>10.3f} {s['top1_min']:>5.3f}-{s['top1_max']:<5.3f} "
+                f"{s['test_top1']:>10.3f} "
                 f"{s['iterations']:>10.0f} {s['full_grid_iterations']:>9.0f} {s['seconds']:>8.1f} {s['cpu_seconds']:>7.1f} "
                 f"{speed:>7} {cpu_speed:>6} {delta:>8}"
             )
@@ -313,13 +411,14 @@ def format_markdown(results: list[dict[str, Any]]) -> str:
     lines = []
     for task, length, rows, base in tables(results):
         lines += [f"\n{task} task, {length} schedule\n",
-                  "| run | seeds | top-1 mean (min-max) | iterations | full-grid iterations | wall s | CPU s | "
-                  "speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|"]
+                  "| run | seeds | top-1 mean (min-max) | test top-1 | iterations | full-grid iterations | wall s | "
+                  "CPU s | speed-up wall / CPU |", "|---|---|---|---|---|---|---|---|---|"]
         for variant, s in rows.items():
             speed = (f"{base['seconds'] / s['seconds']:.2f}x / {base['cpu_seconds'] / s['cpu_seconds']:.2f}x"
                      if base else "-")
             lines.append(
                 f"| {variant} | {s['seeds']} | {s['top1']:.3f} ({s['top1_min']:.3f}-{s['top1_max']:.3f}) | "
+                f"{s['test_top1']:.3f} | "
                 f"{s['iterations']:.0f} | {s['full_grid_iterations']:.0f} | {s['seconds']:.1f} | "
                 f"{s['cpu_seconds']:.1f} | {speed} |"
             )
@@ -377,7 +476,7 @@ def _colour(variant: str) -> Any:
     """One colour per variant, the same in every panel."""
     from matplotlib import colormaps
 
-    names = [*VARIANTS, *DIAGNOSES]
+    names = [*VARIANTS, *(v for v in MAP_VARIANTS if v not in VARIANTS), *DIAGNOSES]
     return colormaps["tab20"](names.index(variant) % 20)
 
 
@@ -404,7 +503,12 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         root = args.data or Path(scratch)
-        runs = run_finetune(args, root) if args.scenario == "finetune" else run_scratch(args, root)
+        if args.map:
+            runs = (r for pair in FINETUNE_PAIRS for r in run_finetune(args, root, pair))
+        elif args.scenario == "finetune":
+            runs = run_finetune(args, root, args.finetune_pair)
+        else:
+            runs = run_scratch(args, root)
         for result in runs:
             results.append(result)
             print(f"{result['task']} {result['length']} {result['variant']} seed {result['seed']}: top-1 "
@@ -416,6 +520,11 @@ def main() -> None:
     print(format_report(results, machine))
     plot(results, args.out)
     print(f"\nwrote {args.out / 'results.json'}, {args.out / 'accuracy.png'}, {args.out / 'curves.png'}")
+    if args.map:
+        saving_map = build_map(results, machine)
+        (args.out / "map.json").write_text(json.dumps(saving_map, indent=1))
+        print(format_map(saving_map))
+        print(f"wrote {args.out / 'map.json'}")
 
 
 def run_scratch(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Any]]:
@@ -430,23 +539,82 @@ def run_scratch(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Any]
                     yield run_one(args, setting, variant, seed, data)
 
 
-def run_finetune(args: argparse.Namespace, root: Path) -> Iterator[dict[str, Any]]:
-    """The fine-tuning scenario: pretrain once, then fine-tune every variant from those weights.
+def run_finetune(args: argparse.Namespace, root: Path, pair_name: str) -> Iterator[dict[str, Any]]:
+    """A fine-tuning task (``FINETUNE_PAIRS``): pretrain once, then fine-tune every variant from those weights.
 
-    The baseline pretrains on ``--pretrain-task`` (``--epochs`` epochs, seed ``--pretrain-seed``);
-    its backbone goes to ``--out/pretrained.pt``, which every fine-tuning run loads through
-    ``VideoClassifier(weights=...)`` (new classifier), and fine-tunes on ``--finetune-task`` for
-    ``--epochs`` baseline epochs (the short schedule).
+    The baseline pretrains on the pair's ``pretrain`` task with its labels (``--epochs`` epochs, seed
+    ``--pretrain-seed``; the direction-only pretraining on videos of another seed than the
+    fine-tuning's); its backbone goes to ``--out/pretrained-<pair>.pt``, which every fine-tuning
+    run loads through ``VideoClassifier(weights=...)`` (new classifier), and fine-tunes on the
+    pair's ``finetune`` task for ``--epochs`` baseline epochs (the short schedule).
     """
-    weights = args.out / "pretrained.pt"
-    pretrain = run_one(args, Setting(args.pretrain_task, "pretrain", args.epochs), "baseline", args.pretrain_seed,
-                       load_data(args, args.pretrain_task, root), save_backbone=weights)
-    yield pretrain
-    data = load_data(args, args.finetune_task, root)
-    setting = Setting(args.finetune_task, "finetune", args.epochs)
+    pair = FINETUNE_PAIRS[pair_name]
+    weights = args.out / f"pretrained-{pair_name}.pt"
+    pretrain_data = load_data(args, pair.pretrain, root, pair.labels, seed=0 if pair.labels == "all" else 1)
+    length = "pretrain" if pair.labels == "all" else f"pretrain-{pair.labels}"
+    pretrain = run_one(args, Setting(pair.pretrain, length, args.epochs), "baseline",
+                       args.pretrain_seed, pretrain_data, save_backbone=weights)
+    del pretrain_data  # the frames in RAM
+    yield pretrain | {"pair": pair_name}
+    data = load_data(args, pair.finetune, root)
+    setting = Setting(pair.finetune, "finetune", args.epochs)
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for variant in args.variants:
-            yield run_one(args, setting, variant, seed, data, weights=weights)
+            yield run_one(args, setting, variant, seed, data, weights=weights) | {"pair": pair_name}
+
+
+def build_map(results: list[dict[str, Any]], machine: str) -> dict[str, Any]:
+    """Per map option and fine-tuning pair: mean test top-1, points from the baseline, CPU and iteration
+    savings; and the option within 1 point of the baseline on every pair at the largest CPU saving."""
+    finetuned = [r for r in results if r["length"] == "finetune"]
+    pairs = sorted({r["pair"] for r in finetuned})
+    options: dict[str, dict[str, Any]] = {}
+    for variant in dict.fromkeys(r["variant"] for r in finetuned):
+        per_pair = {}
+        for pair in pairs:
+            runs = [r for r in finetuned if r["pair"] == pair and r["variant"] == variant]
+            base = [r for r in finetuned if r["pair"] == pair and r["variant"] == "baseline"]
+            if not runs or not base:
+                continue
+            mean = {k: statistics.fmean(r[k] for r in runs) for k in ("test_top1", "cpu_seconds", "iterations")}
+            ref = {k: statistics.fmean(r[k] for r in base) for k in ("test_top1", "cpu_seconds", "iterations")}
+            per_pair[pair] = {
+                "seeds": len(runs), "test_top1": mean["test_top1"],
+                "test_top1_min": min(r["test_top1"] for r in runs), "test_top1_max": max(r["test_top1"] for r in runs),
+                "points_vs_baseline": 100 * (mean["test_top1"] - ref["test_top1"]),
+                "cpu_saving": ref["cpu_seconds"] / mean["cpu_seconds"],
+                "iteration_saving": ref["iterations"] / mean["iterations"],
+            }
+        holds = len(per_pair) == len(pairs) and all(p["points_vs_baseline"] >= -1.0 for p in per_pair.values())
+        options[variant] = {
+            "options": MAP_VARIANTS.get(variant, VARIANTS.get(variant)), "pairs": per_pair,
+            "within_1_point_on_every_pair": holds,
+            "min_cpu_saving": min((p["cpu_saving"] for p in per_pair.values()), default=math.nan),
+        }
+    candidates = [v for v, o in options.items() if v != "baseline" and o["within_1_point_on_every_pair"]]
+    chosen = max(candidates, key=lambda v: options[v]["min_cpu_saving"], default=None)
+    return {
+        "machine": machine, "pairs": pairs, "options": options, "chosen": chosen,
+        "note": "CPU savings hold only for runs measured one at a time on an otherwise idle machine; "
+                "chosen: within 1 point of the baseline's test top-1 on every pair, largest CPU saving "
+                "(null: no option holds on every pair).",
+    }
+
+
+def format_map(saving_map: dict[str, Any]) -> str:
+    pairs = saving_map["pairs"]
+    header = f"{'option':<14}" + "".join(f" {p + ' top-1':>13} {'pts':>6} {'CPU x':>6} {'iter x':>6}" for p in pairs)
+    lines = ["\nmap: test top-1 against saving, per fine-tuning pair (" + saving_map["machine"] + ")", header]
+    for variant, option in saving_map["options"].items():
+        cells = ""
+        for pair in pairs:
+            p = option["pairs"].get(pair)
+            cells += (f" {p['test_top1']:>13.3f} {p['points_vs_baseline']:>+6.1f} {p['cpu_saving']:>5.2f}x "
+                      f"{p['iteration_saving']:>5.2f}x" if p else f" {'-':>13} {'-':>6} {'-':>6} {'-':>6}")
+        lines.append(f"{variant:<14}{cells}{'  holds' if option['within_1_point_on_every_pair'] else ''}")
+    chosen = saving_map["chosen"]
+    lines.append(f"chosen: {chosen}" if chosen else "chosen: none (no option stays within 1 point on every pair)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

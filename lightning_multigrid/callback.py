@@ -53,6 +53,7 @@ from lightning_multigrid.schedule import (
     build_schedule,
     check_milestones,
     check_options,
+    default_long_cycle_factors,
 )
 from lightning_multigrid.step_log import StepLog
 
@@ -87,6 +88,9 @@ class MultigridCallback(Callback):
         preflight: run one tiny forward per grid when fitting starts, to fail before training.
         long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first. With
             the short cycle on, every long-cycle crop must be at least the short-cycle crops.
+            ``None``: the paper's four, or for a short run from pretrained weights (a
+            :class:`~lightning_multigrid.contracts.PretrainedModule` that says so) the pretrained
+            default (:func:`~lightning_multigrid.schedule.default_long_cycle_factors`).
         short_cycle_factors: crop factors of the two smaller short-cycle iterations.
         full_grid_share: at least this fraction of the baseline's iterations at the full grid,
             in a fine-tuning phase without short cycle (``0``: the paper's schedule).
@@ -160,6 +164,7 @@ class MultigridCallback(Callback):
         self.precise_bn_batches = precise_bn_batches
         self.preflight = preflight
         self.long_cycle_factors = tuple(tuple(f) for f in long_factors)
+        self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         self.short_cycle_factors = tuple(short_factors)
         self.full_grid_share = full_grid_share
         self.scale_bn_base_size = scale_bn_base_size
@@ -233,6 +238,7 @@ class MultigridCallback(Callback):
         check_schedulers(configs, manage_lr=self.manage_lr, milestones_given=self.milestones is not None)
         stepwise = any(c.interval == "step" for c in configs)
         needs_length = stepwise or trainer.max_steps != -1 or isinstance(trainer.val_check_interval, int)
+        needs_length |= not self._long_cycle_factors_given and _is_pretrained(pl_module)  # is the run short?
         batches_per_epoch = self._baseline_batches_per_epoch(trainer) if needs_length else 1
         steps_per_epoch = max(1, math.ceil(batches_per_epoch / trainer.accumulate_grad_batches))
         for name, value in map_baseline_limits(
@@ -275,6 +281,9 @@ class MultigridCallback(Callback):
             jitter_scales=datamodule.clip_sampling.jitter_scales,
             **{name: getattr(self, name) for name in MULTIGRID_OPTIONS},
         )
+        if not self._long_cycle_factors_given:
+            factors = default_long_cycle_factors(_is_pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
+            config = dataclasses.replace(config, long_cycle_factors=factors)
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
@@ -452,3 +461,6 @@ class MultigridCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_config = state_dict.get("config")
 
+
+def _is_pretrained(pl_module: pl.LightningModule) -> bool:
+    return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)

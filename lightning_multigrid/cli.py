@@ -12,6 +12,7 @@ handler; settings errors print one line and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -19,7 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import MultigridConfig, build_schedule, default_long_cycle_factors
 
 __all__ = ["main"]
 
@@ -43,6 +44,11 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
     multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
     multigrid.add_argument(
+        "--long-cycle-factors", type=_factor_pair, nargs="+", metavar="T,S",
+        help="(t_factor, s_factor) of each long-cycle shape, coarsest first, e.g. 0.5,0.707 0.5,1 1,1 "
+        "(default: the paper's four; with --pretrained and a short --dataset-size run, the pretrained default)",
+    )
+    multigrid.add_argument(
         "--full-grid-share", type=float, default=0.0,
         help="share of the baseline's iterations guaranteed at the full grid (0: the paper's schedule)",
     )
@@ -63,12 +69,24 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     )
     multigrid.add_argument(
         "--pretrained", action=argparse.BooleanOptionalAction, default=None,
-        help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice",
+        help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice "
+        "and, for a run of under 10,000 baseline steps (needs --dataset-size), the default long-cycle shapes",
     )
     output = parser.add_argument_group("output")
     output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
     output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
     output.add_argument("--plot", metavar="FILE", help="also write a PNG figure of the schedule")
+
+
+def _factor_pair(text: str) -> tuple[float, float]:
+    """``T,S`` -> ``(t_factor, s_factor)`` (their range is checked with the other options)."""
+    try:
+        t_factor, s_factor = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a T,S pair of factors: write each long-cycle shape as t_factor,s_factor, e.g. 0.5,1"
+        ) from None
+    return t_factor, s_factor
 
 
 def _run_schedule(args: argparse.Namespace) -> None:
@@ -92,12 +110,19 @@ def _run_schedule(args: argparse.Namespace) -> None:
         short_run=args.short_run,
         short_run_coarse_share=args.short_run_coarse_share,
         short_run_max_lr_factor=args.short_run_max_lr_factor,
+        **({} if args.long_cycle_factors is None else {"long_cycle_factors": tuple(args.long_cycle_factors)}),
     )
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         schedule = build_schedule(config)
+        if args.long_cycle_factors is None and args.dataset_size is not None:
+            # As the callback: the default shapes depend on the start and the run's baseline steps.
+            factors = default_long_cycle_factors(args.pretrained, schedule.baseline_iterations(args.dataset_size))
+            if factors != config.long_cycle_factors:
+                caught.clear()
+                schedule = build_schedule(dataclasses.replace(config, long_cycle_factors=factors))
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.format == "json":

@@ -12,12 +12,21 @@ position times the long-cycle factor, set in an optimizer step pre-hook and undo
 post-hook, so the user's scheduler keeps stepping the LRs it set (DESIGN.md section 4: no
 Lightning hook runs between ``optimizer.step()`` and ``scheduler.step()``).
 
+A warm-up is the exception (:class:`Warmup`, :func:`find_warmup`): as in the reference
+implementation (PySlowFast ``lr_policy.get_lr_at_epoch``: ``start + progress * (end - start)``,
+with ``end`` the *scaled* LR where the warm-up ends), the LR rises linearly from the user's
+unscaled start LR to the scaled LR, so the first step runs at the baseline's first LR, not ``r``
+times it. And it lasts as many optimizer steps as the baseline's warm-up: the reference counts it in
+multigrid epochs, which at ``r = 8`` pass in an eighth of the baseline's steps (r3d_18 from scratch
+then climbed to the peak LR in 12 steps instead of 90 and never recovered: docs/accuracy.md).
+
 :func:`find_milestones` reads the baseline's LR stages from the user's step schedulers.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import warnings
@@ -31,7 +40,13 @@ from torch.utils.hooks import RemovableHandle
 from lightning_multigrid._internals import sequential_lr_parts
 from lightning_multigrid.schedule import MultigridSchedule
 
-__all__ = ["BaselineLR", "MultigridLR", "check_schedulers", "find_milestones"]
+__all__ = ["BaselineLR", "MultigridLR", "Warmup", "baseline_epochs_worked", "check_schedulers", "find_milestones", "find_warmup"]
+
+# A warm-up is the LR's initial rise when it ends within this share of the baseline run; a longer
+# rise (OneCycleLR's, 30% by default) is the schedule itself and stays on the baseline timeline.
+WARMUP_MAX_SHARE = 0.25
+# At most this many scheduler steps are read ahead to find where the rise ends.
+_WARMUP_MAX_SCAN = 100_000
 
 
 class BaselineLR:
@@ -67,9 +82,17 @@ class BaselineLR:
         memo[id(optimizer)] = self._shadow_optimizer
         self._shadow = None if scheduler is None else copy.deepcopy(scheduler, memo)
         self._steps_taken = 0
+        # A second, untouched copy: find_warmup reads ahead with it, leaving the shadow's position alone.
+        probe_memo: dict[int, Any] = {id(obj): obj for obj in share}
+        self._probe = None if self._shadow is None else copy.deepcopy((self._shadow_optimizer, self._shadow), probe_memo)
         # OneCycleLR extrapolates (to negative LRs) at its last step and raises after it.
         total_steps = getattr(scheduler, "total_steps", None)
         self._max_steps = total_steps - 1 if isinstance(total_steps, int) else None
+
+    def epoch_of_step(self, step: int) -> float:
+        """The baseline epoch at which the scheduler has taken ``step`` steps."""
+        per_epoch = self.steps_per_epoch / self.frequency if self.interval == "step" else 1 / self.frequency
+        return step / per_epoch
 
     def lrs_at(self, baseline_epoch: float) -> list[float]:
         """The LR of every parameter group at a (fractional) baseline epoch."""
@@ -104,6 +127,79 @@ def _parameter_free_copy(optimizer: torch.optim.Optimizer) -> torch.optim.Optimi
     return shadow
 
 
+@dataclasses.dataclass(frozen=True)
+class Warmup:
+    """The baseline's warm-up: the LR's initial rise.
+
+    Attributes:
+        end_epoch: baseline epoch where the rise ends (the LR peaks), > 0.
+        start_lrs: each parameter group's LR at the first step.
+        end_lrs: each parameter group's LR where the rise ends.
+    """
+
+    end_epoch: float
+    start_lrs: tuple[float, ...]
+    end_lrs: tuple[float, ...]
+
+
+def find_warmup(baseline: BaselineLR, max_epochs: int) -> Warmup | None:
+    """The warm-up of ``baseline``'s scheduler: its LR's initial rise, or ``None`` when it has none.
+
+    The rise (of the first parameter group's LR) ends at the last step before the LR first stops
+    rising; it is a warm-up when that happens within ``WARMUP_MAX_SHARE`` of the ``max_epochs``
+    baseline epochs. Any scheduler works (``LinearLR`` in a ``SequentialLR``, a ``LambdaLR``
+    ramp, ``ConstantLR``); the scheduler copy read ahead is ``baseline``'s own untouched one.
+    """
+    if baseline._probe is None:
+        return None
+    optimizer, scheduler = baseline._probe
+    horizon = min(_WARMUP_MAX_SCAN, math.floor(max_epochs * WARMUP_MAX_SHARE / baseline.epoch_of_step(1)))
+    if baseline._max_steps is not None:
+        horizon = min(horizon, baseline._max_steps)
+    history = [tuple(g["lr"] for g in optimizer.param_groups)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(horizon):
+            scheduler.step()
+            history.append(tuple(g["lr"] for g in optimizer.param_groups))
+            if history[-1][0] <= history[-2][0] * (1 + 1e-9):
+                break
+        else:
+            return None  # still rising at the horizon (or never stopped): not a warm-up
+    peak = len(history) - 2
+    if peak == 0:
+        return None
+    return Warmup(baseline.epoch_of_step(peak), history[0], history[peak])
+
+
+def baseline_epochs_worked(schedule: MultigridSchedule, epoch: float) -> float:
+    """Optimizer steps taken before multigrid position ``epoch``, in baseline epochs of steps.
+
+    A multigrid epoch whose iterations average ``b`` clips takes ``B / b`` of a baseline epoch's
+    steps (``B``: the base batch); the long cycle's coarse epochs take 1/8 of them at ``r = 8``.
+    """
+    worked = 0.0
+    for stage in schedule.stages:
+        if stage.start_epoch >= epoch:
+            break
+        cycle = stage.short_cycle or (stage.shape,)
+        share = schedule.config.batch_size * len(cycle) / sum(grid.batch_size for grid in cycle)
+        worked += (min(epoch, stage.end_epoch) - stage.start_epoch) * share
+    return worked
+
+
+def _warmup_end_epoch(schedule: MultigridSchedule, warmup: Warmup) -> float:
+    """The multigrid position where the optimizer steps of ``warmup`` are taken, or the run's end."""
+    worked = 0.0
+    for stage in schedule.stages:
+        cycle = stage.short_cycle or (stage.shape,)
+        share = schedule.config.batch_size * len(cycle) / sum(grid.batch_size for grid in cycle)
+        if worked + stage.num_epochs * share >= warmup.end_epoch:
+            return stage.start_epoch + (warmup.end_epoch - worked) / share
+        worked += stage.num_epochs * share
+    return float(schedule.max_epochs)
+
+
 class MultigridLR:
     """Scale every optimizer step of a multigrid run onto the baseline's LR timeline.
 
@@ -111,6 +207,12 @@ class MultigridLR:
     scheduler's at :meth:`MultigridSchedule.baseline_epoch_at` of it, times the stage's long-cycle
     ``lr_factor``. Parameter groups added after :meth:`attach` (e.g. by ``BackboneFinetuning``)
     are not in the baseline copy: their current LR, set by whatever manages them, is scaled.
+
+    Under a warm-up (:func:`find_warmup`), until the run has taken as many optimizer steps as the
+    baseline's warm-up (:func:`baseline_epochs_worked`) and at most to the end of the first LR stage,
+    the LR is the reference implementation's: ``start + progress * (r * end - start)``, with
+    ``start``/``end`` the user's LR at the warm-up's first step and end, ``r`` the ``lr_factor``
+    where the warm-up ends and ``progress`` the share of the warm-up's optimizer steps taken.
 
     Args:
         schedule: the multigrid schedule.
@@ -130,6 +232,8 @@ class MultigridLR:
     def __init__(self, schedule: MultigridSchedule) -> None:
         self.schedule = schedule
         self._baselines: list[tuple[torch.optim.Optimizer, BaselineLR]] = []
+        # Per BaselineLR: its warm-up and the multigrid position where that warm-up ends.
+        self._warmups: dict[int, tuple[Warmup, float] | None] = {}
         self._handles: list[RemovableHandle] = []
         self._user_lrs: dict[int, list[float]] = {}  # per optimizer, during its step only
         self._epoch = 0.0  # multigrid position, in (fractional) epochs
@@ -170,6 +274,11 @@ class MultigridLR:
     def attach(self, optimizer: torch.optim.Optimizer, baseline: BaselineLR) -> None:
         """Map ``optimizer``'s steps from now on, with ``baseline`` giving the user's LRs."""
         self._baselines.append((optimizer, baseline))
+        warmup = find_warmup(baseline, self.schedule.config.max_epochs)
+        if warmup is not None:
+            # Never past the first LR stage: a decay that comes first is the user's to keep.
+            end = min(_warmup_end_epoch(self.schedule, warmup), float(self.schedule.lr_stage_starts[1]))
+            self._warmups[id(baseline)] = (warmup, end)
         self._handles.append(optimizer.register_step_pre_hook(functools.partial(self._scale, baseline)))
         self._handles.append(optimizer.register_step_post_hook(self._restore))
 
@@ -179,6 +288,7 @@ class MultigridLR:
             handle.remove()
         self._handles.clear()
         self._baselines.clear()
+        self._warmups.clear()
         self._user_lrs.clear()
 
     def set_position(self, epoch: int, batch_idx: int, num_batches: int) -> None:
@@ -188,8 +298,20 @@ class MultigridLR:
     def lrs(self, baseline: BaselineLR, current: list[float]) -> list[float]:
         """The LR of each parameter group at the current position; ``current`` holds the groups' LRs now."""
         factor = self.schedule.stage_at(int(self._epoch)).lr_factor
+        warming = self._warmups.get(id(baseline))
+        if warming is not None and self._epoch < warming[1]:
+            return self._warmup_lrs(*warming, current)
         mapped = baseline.lrs_at(self.schedule.baseline_epoch_at(self._epoch))
         return [(mapped[i] if i < len(mapped) else lr) * factor for i, lr in enumerate(current)]
+
+    def _warmup_lrs(self, warmup: Warmup, end_epoch: float, current: list[float]) -> list[float]:
+        """The reference's linear warm-up, over the baseline warm-up's optimizer steps."""
+        end_factor = self.schedule.stage_at(max(0, math.ceil(end_epoch) - 1)).lr_factor  # the stage it ends in
+        progress = baseline_epochs_worked(self.schedule, self._epoch) / warmup.end_epoch
+        lrs = [start + progress * (end * end_factor - start) for start, end in zip(warmup.start_lrs, warmup.end_lrs)]
+        # Groups added after attach ramp with the first group's progress on their own LR.
+        first = lrs[0] / warmup.end_lrs[0] if warmup.end_lrs[0] else 1.0
+        return [lrs[i] if i < len(lrs) else lr * first for i, lr in enumerate(current)]
 
     @property
     def effective_lr(self) -> float | None:

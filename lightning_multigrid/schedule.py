@@ -34,6 +34,8 @@ __all__ = [
     "DEFAULT_LONG_CYCLE_FACTORS",
     "DEFAULT_SHORT_CYCLE_FACTORS",
     "MULTIGRID_OPTIONS",
+    "PRETRAINED_LONG_CYCLE_FACTORS",
+    "SHORT_RUN_BASELINE_STEPS",
     "BNPlan",
     "GridCount",
     "GridShape",
@@ -44,6 +46,7 @@ __all__ = [
     "build_schedule",
     "check_milestones",
     "check_options",
+    "default_long_cycle_factors",
     "grid_counts",
     "plan_batchnorm",
 ]
@@ -57,6 +60,13 @@ DEFAULT_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = (
 )
 # Crop factors of the first two short-cycle iterations, relative to the baseline crop.
 DEFAULT_SHORT_CYCLE_FACTORS: tuple[float, float] = (0.5, 0.5**0.5)
+# Runs of fewer baseline optimizer steps per device are short: below multigrid's published regime.
+SHORT_RUN_BASELINE_STEPS = 10_000
+# The default long-cycle shapes of a short run that starts from pretrained weights. To be chosen from
+# the accuracy map (benchmarks/accuracy.py --map, docs/accuracy.md): the option that stays within 1
+# point of the baseline on both fine-tuning tasks at the largest CPU saving. Until that map is taken
+# on a quiet machine, the paper's shapes.
+PRETRAINED_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = DEFAULT_LONG_CYCLE_FACTORS
 
 
 class ShortScheduleWarning(UserWarning):
@@ -342,6 +352,18 @@ def check_options(
         raise ValueError(f"`short_cycle_factors` must be two factors in (0, 1], got {short_cycle_factors!r}.")
 
 
+def default_long_cycle_factors(pretrained: bool | None, baseline_steps: int | None) -> tuple[tuple[float, float], ...]:
+    """The long-cycle shapes when the user names none.
+
+    ``PRETRAINED_LONG_CYCLE_FACTORS`` for a short run (fewer than ``SHORT_RUN_BASELINE_STEPS``
+    baseline optimizer steps per device) from pretrained weights; the paper's four shapes otherwise,
+    and when either is not known (``None``).
+    """
+    if pretrained and baseline_steps is not None and baseline_steps < SHORT_RUN_BASELINE_STEPS:
+        return PRETRAINED_LONG_CYCLE_FACTORS
+    return DEFAULT_LONG_CYCLE_FACTORS
+
+
 def check_milestones(milestones: Sequence[Any], max_epochs: int | None = None) -> None:
     """Raise ``ValueError`` unless ``milestones`` are integer epochs, strictly increasing, > 0 (and < ``max_epochs``)."""
     previous = 0
@@ -547,8 +569,11 @@ def build_schedule(config: MultigridConfig) -> MultigridSchedule:
     if config.full_grid_share > 0 and (config.long_cycle or config.short_cycle):
         pieces, ends = _allocate_with_full_grid(config, pieces, lengths, config.max_epochs * factor)
     else:
-        total_epochs = round(config.max_epochs * factor)
-        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs)
+        # The reference truncates where the long cycle is off (`int(s * EPOCH_FACTOR)`: 45 x 1.5 -> 67)
+        # and rounds the long cycle's cumulative ends.
+        truncate = not config.long_cycle
+        total_epochs = math.floor(config.max_epochs * factor + 1e-9) if truncate else round(config.max_epochs * factor)
+        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs, truncate=truncate)
 
     stages: list[Stage] = []
     start = 0
@@ -659,9 +684,9 @@ def _lr_stage_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]
 
 
 def _allocate_epochs(
-    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int
+    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int, truncate: bool = False
 ) -> tuple[list[_Piece], list[int]]:
-    """Scale exact lengths to ``target`` epochs and round the cumulative ends, as the reference.
+    """Scale exact lengths to ``target`` epochs and round (``truncate``: floor) the cumulative ends, as the reference.
 
     Then repair what rounding breaks on short schedules: every piece gets at least one epoch
     (fine-tuning two, one per LR half), taken from the longest pieces; when the epochs cannot
@@ -706,7 +731,7 @@ def _allocate_epochs(
     ends, cumulative = [], 0.0
     for length in lengths:
         cumulative += length * scale
-        ends.append(round(cumulative))
+        ends.append(math.floor(cumulative + 1e-9) if truncate else round(cumulative))
     ends[-1] = total_epochs
     epochs = [end - start for start, end in zip([0, *ends], ends)]
     minimum = [_minimum_epochs(p) for p in pieces]

@@ -169,6 +169,8 @@ def test_every_step_follows_the_schedule(synthetic_dataset, train_manifest, cycl
                 # The reference's relative LR (gamma^stage * r) times the base LR.
                 expected_lr = BASE_LR * schedule.relative_lr_at(epoch)
             elif lr_schedule == "warmup_cosine":
+                if model.steps.index(step) < WARMUP_END_STEP[cycles]:
+                    continue  # the warm-up: test_warmup_runs_the_baseline_steps_from_the_unscaled_lr
                 baseline_step = math.floor(baseline_epoch * baseline_steps_per_epoch + 1e-6)
                 expected_lr = BASE_LR * warmup_cosine(baseline_step, MAX_EPOCHS * baseline_steps_per_epoch) * stage.lr_factor
             else:
@@ -183,6 +185,30 @@ def test_every_step_follows_the_schedule(synthetic_dataset, train_manifest, cycl
     elif cycles != "short only":
         assert {s["shape"][2] for s in model.steps} == {2, 4, 8}
         assert {s["bn"][0] for s in model.steps} == {"split", "plain"}
+
+
+# The first multigrid step after the warm-up: the baseline's 10 warm-up steps, as many multigrid steps
+# (step 10 lands at 99.8% of it: the steps per epoch are estimated from the cycle's average batch).
+WARMUP_END_STEP = {"long+short": 11}
+
+
+def test_warmup_runs_the_baseline_steps_from_the_unscaled_lr(synthetic_dataset, train_manifest):
+    """The reference's warm-up (start at the unscaled LR, end at the scaled one), over as many
+    optimizer steps as the baseline's (10), not over its epochs (which pass in 2-3 steps at r = 8)."""
+    model = RecordingNet("warmup_cosine")
+    callback = MultigridCallback(bn_base_size=2, precise_bn_batches=0, milestones=MILESTONES)
+    fit(model, make_datamodule(synthetic_dataset, train_manifest), callback)
+    schedule = callback.schedule
+    assert schedule is not None
+    lrs = [s["lr"] for s in model.steps]
+    assert lrs[0] == pytest.approx(0.1 * BASE_LR)  # the baseline's first LR, not r = 8 times it
+    # The reference's formula, start + progress * (r * end - start), with progress counted in optimizer
+    # steps over the baseline's 10 (the epochs here hold 3, 6 and 7 steps: the warm-up ends in epoch
+    # 2, whose long-cycle grid has r = 2, so the LR peaks at 2 * BASE_LR there).
+    start, end_factor = 0.1 * BASE_LR, schedule.stage_at(model.steps[10]["epoch"]).lr_factor
+    assert end_factor == 2
+    assert lrs[:10] == pytest.approx([start + k / 10 * (end_factor * BASE_LR - start) for k in range(10)], rel=1e-6)
+    assert lrs[10] == pytest.approx(end_factor * BASE_LR, rel=0.01)
 
 
 def one_cycle_lr(step: int, total: int) -> float:

@@ -355,7 +355,11 @@ def test_accumulated_steps_follow_the_baseline_step_schedule(synthetic_dataset, 
     schedule = callback.schedule
     assert schedule is not None and model.optimizer_steps
     baseline_steps_per_epoch = CLIPS // 2  # 32 batches, a step every 2
-    for epoch, batch_idx, lr in model.optimizer_steps:
+    # The warm-up's 10 baseline optimizer steps are 10 multigrid optimizer steps too, from the unscaled
+    # LR (test_callback.py::test_warmup_runs_the_baseline_steps_from_the_unscaled_lr); then the mapping.
+    # (The first step comes after 2 batches, half a baseline step into the warm-up by position.)
+    assert 0.1 * BASE_LR < model.optimizer_steps[0][2] < 2 * 0.1 * BASE_LR
+    for epoch, batch_idx, lr in model.optimizer_steps[11:]:
         batches = schedule.iterations_in_epoch(epoch, CLIPS)
         baseline_epoch = schedule.baseline_epoch_at(epoch + batch_idx / batches)
         baseline_step = int(baseline_epoch * baseline_steps_per_epoch + 1e-6)

@@ -65,6 +65,15 @@ def test_json_short_cycle_only():
     assert drops == [141, 231, 294]
 
 
+def test_short_cycle_only_milestones_are_the_references():
+    # PySlowFast truncates: int(45 * 1.5) = 67, int(75 * 1.5) = 112, int(95 * 1.5) = 142.
+    args = ("--batch-size 8 --num-frames 32 --crop-size 224 --milestones 45 75 --max-epochs 95 --no-long-cycle "
+            "--format json").split()
+    data = json.loads(run_cli(*args).stdout)
+    drops = [e["epoch"] for e, prev in zip(data["epochs"][1:], data["epochs"]) if e["lr_stage"] != prev["lr_stage"]]
+    assert (drops, data["max_epochs"]) == ([67, 112], 142)
+
+
 def test_json_long_cycle_only_has_empty_short_cycle():
     data = json.loads(run_cli(*KINETICS_ARGS, "--no-short-cycle", "--format", "json").stdout)
     assert all(e["short_cycle"] == [] for e in data["epochs"])
@@ -181,3 +190,31 @@ def test_table_states_the_regime():
     assert kinetics["baseline_steps"] == 896_250 and not kinetics["below_validated"]
     assert kinetics["advice"].startswith("if from scratch: within the validated regime")
     assert "regime: give the dataset size" in run_cli(*SMALL_ARGS[:-2]).stdout
+
+
+def test_long_cycle_factors_option():
+    data = json.loads(run_cli(*KINETICS_ARGS, "--long-cycle-factors", "0.5,0.7071", "1,1", "--format", "json").stdout)
+    assert [(e["num_frames"], e["crop_size"]) for e in data["epochs"]][:1] == [(16, 158)]
+    assert {(e["num_frames"], e["crop_size"]) for e in data["epochs"]} == {(16, 158), (32, 224)}
+    result = run_cli(*KINETICS_ARGS, "--long-cycle-factors", "0.5")
+    assert result.returncode == 2
+    assert "'0.5' is not a T,S pair of factors" in result.stderr
+
+
+def test_pretrained_short_run_takes_the_pretrained_default(monkeypatch, capsys):
+    from lightning_multigrid import schedule
+    from lightning_multigrid.cli import main
+
+    monkeypatch.setattr(schedule, "PRETRAINED_LONG_CYCLE_FACTORS", ((0.5, 1.0), (1.0, 1.0)))
+    short = "--batch-size 8 --num-frames 16 --crop-size 112 --max-epochs 24 --milestones 18 21 --format json".split()
+
+    def grids(*args: str) -> set[tuple[int, int]]:
+        main(["schedule", *short, *args])
+        return {(e["num_frames"], e["crop_size"]) for e in json.loads(capsys.readouterr().out)["epochs"]}
+
+    # 800 clips: 24 x 100 = 2,400 baseline steps, a short run.
+    assert grids("--dataset-size", "800", "--pretrained") == {(8, 112), (16, 112)}
+    assert grids("--dataset-size", "800", "--no-pretrained") == {(4, 79), (8, 79), (8, 112), (16, 112)}
+    assert grids("--pretrained") == {(4, 79), (8, 79), (8, 112), (16, 112)}  # length unknown: the paper's
+    assert grids("--dataset-size", "800", "--pretrained", "--long-cycle-factors", "0.25,0.7071", "1,1") == {
+        (4, 79), (16, 112)}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
-from lightning_multigrid.lr import BaselineLR, MultigridLR
+from lightning_multigrid.lr import BaselineLR, MultigridLR, Warmup, baseline_epochs_worked, find_warmup
 from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 
@@ -114,3 +114,91 @@ def test_multigrid_lr_scales_each_step_and_gives_the_lr_back():
     lr.detach()
     assert _step_size(optimizer, weight) == pytest.approx(0.1)  # hooks gone: the user's LR
     assert lr.effective_lr is None
+
+
+# ------------------------------------------------------------------------------- warm-up
+
+
+def _warmup_scheduler(optimizer: torch.optim.Optimizer) -> SequentialLR:
+    """VideoClassifier's: LR x 0.1 -> x 1 over 2 epochs (per epoch), then a decay at epoch 10."""
+    return SequentialLR(
+        optimizer, [LinearLR(optimizer, 0.1, total_iters=2), MultiStepLR(optimizer, [8])], milestones=[2]
+    )
+
+
+def test_find_warmup_reads_the_initial_rise():
+    optimizer = _optimizer()
+    warmup = find_warmup(BaselineLR(optimizer, _warmup_scheduler(optimizer)), max_epochs=20)
+    # Epoch LRs 0.01, 0.055, 0.1, 0.1: the rise ends at epoch 2; the second group is a tenth.
+    assert warmup == Warmup(2.0, pytest.approx((0.01, 0.001)), pytest.approx((0.1, 0.01)))
+    # Per step, every 2nd step (frequency): 10 steps per epoch, so the ramp's 4 steps take 0.8 epochs.
+    ramp = LinearLR(optimizer, 0.1, total_iters=4)
+    assert find_warmup(BaselineLR(optimizer, ramp, "step", 2, 10), max_epochs=20).end_epoch == pytest.approx(0.8)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda o: MultiStepLR(o, [5]),  # no rise
+        lambda o: None,  # constant
+        # OneCycleLR rises over 30% of the run: the schedule itself, not a warm-up.
+        lambda o: OneCycleLR(o, max_lr=1.0, total_steps=200),
+    ],
+)
+def test_find_warmup_none(make):
+    optimizer = _optimizer()
+    assert find_warmup(BaselineLR(optimizer, make(optimizer), "step" if make(optimizer) is None else "epoch"), 200) is None
+
+
+def test_baseline_epochs_worked_counts_optimizer_steps():
+    # Long cycle only: 13 epochs at r = 8 (1/8 of a baseline epoch's steps each), then r = 4 (1/4).
+    schedule = build_schedule(
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+    )
+    assert [(s.start_epoch, s.lr_factor) for s in schedule.stages[:2]] == [(0, 8), (13, 4)]
+    assert baseline_epochs_worked(schedule, 4.0) == pytest.approx(4 / 8)
+    assert baseline_epochs_worked(schedule, 14.5) == pytest.approx(13 / 8 + 1.5 / 4)
+    # Short cycle only: batches 4b, 2b, b -> 3 iterations per 7 base batches.
+    short = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, long_cycle=False))
+    assert baseline_epochs_worked(short, 7.0) == pytest.approx(3.0)
+
+
+def test_warmup_follows_the_reference_over_the_baseline_steps():
+    """PySlowFast's warm-up (lr_policy.get_lr_at_epoch), ``start + progress * (end - start)`` with
+    ``end`` the scaled LR where it ends, counted in the baseline warm-up's optimizer steps."""
+    schedule = build_schedule(
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+    )
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    lr = MultigridLR(schedule)
+    lr.attach(optimizer, BaselineLR(optimizer, _warmup_scheduler(optimizer)))
+
+    # The warm-up's 2 baseline epochs of steps are taken after 13 epochs at r = 8 and 1.5 at r = 4
+    # (13/8 + 1.5/4 = 2): it ends at epoch 14.5, in the r = 4 shape, so end = 4 * 0.1.
+    def reference(worked: float) -> float:
+        start, end, length = 0.01, 4 * 0.1, 2.0
+        return start + worked * (end - start) / length
+
+    for epoch, batch_idx, worked in ((0, 0, 0.0), (0, 2, 0.5 / 8), (4, 0, 0.5), (13, 2, 13 / 8 + 0.5 / 4)):
+        lr.set_position(epoch, batch_idx, 4)
+        assert lr.effective_lr == pytest.approx(reference(worked))
+        assert _step_size(optimizer, weight) == pytest.approx(reference(worked))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.01)  # the (unstepped) scheduler's value again
+    lr.set_position(14, 2, 4)  # past the warm-up: baseline epoch 14.5 * 10/27 = 5.4, 0.1 * 4
+    assert lr.effective_lr == pytest.approx(0.4)
+
+
+def test_warmup_ends_with_the_first_lr_stage():
+    # A warm-up of 4 baseline epochs at r = 8 would need 32 multigrid epochs of steps; the first LR
+    # stage (its milestone at baseline epoch 5) ends first, and the user's decay is kept.
+    schedule = build_schedule(
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(5,), short_cycle=False)
+    )
+    optimizer = _optimizer()
+    scheduler = SequentialLR(optimizer, [LinearLR(optimizer, 0.1, total_iters=4), MultiStepLR(optimizer, [1])], [4])
+    lr = MultigridLR(schedule)
+    lr.attach(optimizer, BaselineLR(optimizer, scheduler))
+    stage_1 = schedule.lr_stage_starts[1]
+    lr.set_position(stage_1, 0, 4)
+    assert lr.effective_lr == pytest.approx(0.01 * schedule.stage_at(stage_1).lr_factor)

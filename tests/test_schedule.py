@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -77,6 +78,15 @@ def test_short_cycle_only_matches_reference():
     assert _ends(schedule) == [141, 231, 294, 358]
     assert {s.shape for s in schedule.stages} == {GridShape(8, 32, 224)}
     assert all(s.lr_factor == 1 for s in schedule.stages)
+
+
+def test_short_cycle_only_truncates_as_the_reference():
+    # PySlowFast's init_multigrid: STEPS = [int(s * EPOCH_FACTOR)], MAX_EPOCH = int(MAX_EPOCH * EPOCH_FACTOR):
+    # 45 x 1.5 = 67.5 -> 67, 75 x 1.5 = 112.5 -> 112, 95 x 1.5 = 142.5 -> 142 (rounding gave 68, 112, 142).
+    config = MultigridConfig(base=GridShape(8, 32, 224), sampling_rate=2, milestones=(45, 75), max_epochs=95, long_cycle=False)
+    assert _ends(build_schedule(config)) == [67, 112, 142]
+    # A factor that is not a half: 45 x 1.3 = 58.5 -> 58, 75 x 1.3 = 97.5 -> 97, 95 x 1.3 = 123.5 -> 123.
+    assert _ends(build_schedule(dataclasses.replace(config, epoch_factor=1.3))) == [58, 97, 123]
 
 
 def test_long_cycle_only_runs_and_fine_tunes_on_base_shape():
