@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
-import torch
 
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
