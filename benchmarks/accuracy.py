@@ -302,10 +302,10 @@ def evaluate_test(
 ) -> float:
     """Top-1 on the independent test set: a validation pass over it, through a DataModule of its own."""
     datamodule = MultigridVideoDataModule(
-        train_manifest="unused", val_manifest="unused", batch_size=args.batch_size, num_frames=args.num_frames,
+        batch_size=args.batch_size, num_frames=args.num_frames,
         crop_size=args.crop_size, sampling_rate=2, flip=False, num_workers=args.workers, seed=seed,
     )
-    datamodule.use_datasets(val=test)
+    datamodule.use_datasets(val=test)  # no training manifest: the test set's classes are the task's own
     return float(trainer.validate(model, datamodule=datamodule, verbose=False)[0]["val/top1"])
 
 
