@@ -35,14 +35,17 @@ set beside ``benchmarks/loader.py``'s loading capacity at the same grid.
         --backbone r3d_18,tiny --batch-size 8 --num-frames 16 --crop-size 112 --sampling-rate 4 \
         --num-train 1600 --epochs 12 --milestones 8 10
 
-Prints the iterations, wall-clock time and top-1 of each run and the speed-ups.
+Prints the iterations, wall-clock time, CPU seconds (this process and its workers) and top-1 of each
+run, the speed-ups and each speed-up's share of the iteration saving.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import multiprocessing
 import platform
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -191,15 +194,18 @@ def run(
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     trainer.fit(model, datamodule=datamodule)
     train_seconds = time.perf_counter() - start
+    multiprocessing.active_children()  # reap the workers fit's teardown stopped, so their CPU time counts
+    train_cpu_seconds = cpu_seconds() - cpu_start
     trainer.limit_val_batches = 1.0
     metrics = trainer.validate(model, datamodule=datamodule, verbose=False)[0]
     return {
         "iterations": trainer.global_step,
         "epochs": trainer.current_epoch,
         "seconds": train_seconds,
+        "cpu_seconds": train_cpu_seconds,
         "top1": metrics["val/top1"],
         "grid_rates": throughput.rates(),
         "data_wait_share": throughput.wait_seconds / train_seconds,
@@ -275,22 +281,30 @@ def prepare_data(
     return data, frame_manifests, stores
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have ended (the workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, dict[str, Any]]], data: str) -> None:
     print(f"\nbaseline vs multigrid, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
           f"LR {args.lr:g}, {args.precision}, {data}, on {device_name(args)}")
-    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'top-1':>6} "
-          f"{'data wait':>9}")
+    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'CPU s':>8} "
+          f"{'top-1':>6} {'data wait':>9}")
     for (backbone, source), pair in results.items():
         model = f"tiny w{args.width}" if backbone == "tiny" else backbone
         for name, result in pair.items():
             print(f"{model:<10} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
-                  f"{result['seconds']:>8.1f} {result['top1']:>6.3f} {result['data_wait_share']:>9.0%}")
+                  f"{result['seconds']:>8.1f} {result['cpu_seconds']:>8.1f} {result['top1']:>6.3f} "
+                  f"{result['data_wait_share']:>9.0%}")
     for (backbone, source), pair in results.items():
         baseline, multigrid = pair["baseline"], pair["multigrid"]
+        speedup, saving = baseline["seconds"] / multigrid["seconds"], baseline["iterations"] / multigrid["iterations"]
+        cpu = baseline["cpu_seconds"] / multigrid["cpu_seconds"]
         print(
-            f"{backbone} {source}: speed-up {baseline['seconds'] / multigrid['seconds']:.2f}x wall-clock, "
-            f"{baseline['iterations'] / multigrid['iterations']:.2f}x fewer iterations; "
-            f"top-1 {multigrid['top1'] - baseline['top1']:+.3f}"
+            f"{backbone} {source}: speed-up {speedup:.2f}x wall-clock ({cpu:.2f}x CPU), {saving:.2f}x fewer "
+            f"iterations: {speedup / saving:.2f} of the iteration saving; top-1 {multigrid['top1'] - baseline['top1']:+.3f}"
         )
     speedups = {key: pair["baseline"]["seconds"] / pair["multigrid"]["seconds"] for key, pair in results.items()}
     for (backbone, source), speedup in speedups.items():
