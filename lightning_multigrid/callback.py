@@ -260,7 +260,8 @@ class MultigridCallback(Callback):
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
             self._lr = MultigridLR.for_optimizers(
-                self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer)
+                self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer),
+                warmup_in_steps=not _is_pretrained(pl_module),
             )
         self._log = StepLog(
             self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,

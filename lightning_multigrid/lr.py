@@ -213,9 +213,15 @@ class MultigridLR:
     the LR is the reference implementation's: ``start + progress * (r * end - start)``, with
     ``start``/``end`` the user's LR at the warm-up's first step and end, ``r`` the ``lr_factor``
     where the warm-up ends and ``progress`` the share of the warm-up's optimizer steps taken.
+    With ``warmup_in_steps=False`` the same ramp covers the warm-up's share of the baseline timeline
+    instead (fewer steps at the coarse grids), as for pretrained weights: held in steps, the warm-up
+    spent the coarse grids at a low LR and a fine-tuned model lost 13 points (docs/accuracy.md).
 
     Args:
         schedule: the multigrid schedule.
+        warmup_in_steps: hold a warm-up for the baseline warm-up's optimizer steps (from scratch:
+            8x the batch at 8x the LR after a dozen steps blew r3d_18 up), else for its share of the
+            baseline timeline.
 
     Example::
 
@@ -229,8 +235,9 @@ class MultigridLR:
         lr.detach()
     """
 
-    def __init__(self, schedule: MultigridSchedule) -> None:
+    def __init__(self, schedule: MultigridSchedule, warmup_in_steps: bool = True) -> None:
         self.schedule = schedule
+        self.warmup_in_steps = warmup_in_steps
         self._baselines: list[tuple[torch.optim.Optimizer, BaselineLR]] = []
         # Per BaselineLR: its warm-up and the multigrid position where that warm-up ends.
         self._warmups: dict[int, tuple[Warmup, float] | None] = {}
@@ -246,6 +253,7 @@ class MultigridLR:
         scheduler_configs: Sequence[Any],
         steps_per_epoch: int,
         share: tuple[object, ...] = (),
+        warmup_in_steps: bool = True,
     ) -> MultigridLR:
         """Map every optimizer's steps, each with the scheduler of Lightning's config that drives it (if any).
 
@@ -255,8 +263,9 @@ class MultigridLR:
             scheduler_configs: Lightning's scheduler configs (``scheduler``, ``interval``, ``frequency``).
             steps_per_epoch: baseline optimizer steps per epoch.
             share: objects the scheduler copies must reference, not copy (see :class:`BaselineLR`).
+            warmup_in_steps: see :class:`MultigridLR`.
         """
-        lr = cls(schedule)
+        lr = cls(schedule, warmup_in_steps)
         by_optimizer = {id(c.scheduler.optimizer): c for c in scheduler_configs}
         for optimizer in optimizers:
             config = by_optimizer.get(id(optimizer))
@@ -277,7 +286,7 @@ class MultigridLR:
         warmup = find_warmup(baseline, self.schedule.config.max_epochs)
         if warmup is not None:
             # Never past the first LR stage: a decay that comes first is the user's to keep.
-            end = min(_warmup_end_epoch(self.schedule, warmup), float(self.schedule.lr_stage_starts[1]))
+            end = min(self._warmup_end(warmup), float(self.schedule.lr_stage_starts[1]))
             self._warmups[id(baseline)] = (warmup, end)
         self._handles.append(optimizer.register_step_pre_hook(functools.partial(self._scale, baseline)))
         self._handles.append(optimizer.register_step_post_hook(self._restore))
@@ -304,10 +313,21 @@ class MultigridLR:
         mapped = baseline.lrs_at(self.schedule.baseline_epoch_at(self._epoch))
         return [(mapped[i] if i < len(mapped) else lr) * factor for i, lr in enumerate(current)]
 
+    def _warmup_end(self, warmup: Warmup) -> float:
+        """The multigrid position where ``warmup`` ends (it is capped to the first LR stage, where the
+        timeline is linear)."""
+        if self.warmup_in_steps:
+            return _warmup_end_epoch(self.schedule, warmup)
+        first_stage_end = self.schedule.lr_stage_starts[1]
+        return first_stage_end * warmup.end_epoch / self.schedule.config.lr_stage_bounds(0)[1]
+
     def _warmup_lrs(self, warmup: Warmup, end_epoch: float, current: list[float]) -> list[float]:
         """The reference's linear warm-up, over the baseline warm-up's optimizer steps."""
         end_factor = self.schedule.stage_at(max(0, math.ceil(end_epoch) - 1)).lr_factor  # the stage it ends in
-        progress = baseline_epochs_worked(self.schedule, self._epoch) / warmup.end_epoch
+        if self.warmup_in_steps:
+            progress = baseline_epochs_worked(self.schedule, self._epoch) / warmup.end_epoch
+        else:
+            progress = self.schedule.baseline_epoch_at(self._epoch) / warmup.end_epoch
         lrs = [start + progress * (end * end_factor - start) for start, end in zip(warmup.start_lrs, warmup.end_lrs)]
         # Groups added after attach ramp with the first group's progress on their own LR.
         first = lrs[0] / warmup.end_lrs[0] if warmup.end_lrs[0] else 1.0

@@ -189,6 +189,24 @@ def test_warmup_follows_the_reference_over_the_baseline_steps():
     assert lr.effective_lr == pytest.approx(0.4)
 
 
+def test_warmup_for_pretrained_weights_covers_its_share_of_the_baseline_timeline():
+    # The same schedule and warm-up: 2 of the first stage's 10 baseline epochs are its first 2/10
+    # of multigrid epochs 0-27, 5.4 epochs at r = 8 (held in steps: 14.5 epochs, docs/accuracy.md).
+    schedule = build_schedule(
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+    )
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    lr = MultigridLR(schedule, warmup_in_steps=False)
+    lr.attach(optimizer, BaselineLR(optimizer, _warmup_scheduler(optimizer)))
+    end = schedule.lr_stage_starts[1] * 2 / 10
+    assert schedule.stage_at(int(end)).lr_factor == 8
+    for epoch, batch_idx in ((0, 0), (2, 2), (5, 0)):
+        lr.set_position(epoch, batch_idx, 4)
+        assert lr.effective_lr == pytest.approx(0.01 + (epoch + batch_idx / 4) / end * (8 * 0.1 - 0.01))
+    lr.set_position(6, 0, 4)  # past the warm-up: the user's 0.1 at r = 8
+    assert lr.effective_lr == pytest.approx(0.8)
+
+
 def test_warmup_ends_with_the_first_lr_stage():
     # A warm-up of 4 baseline epochs at r = 8 would need 32 multigrid epochs of steps; the first LR
     # stage (its milestone at baseline epoch 5) ends first, and the user's decay is kept.
