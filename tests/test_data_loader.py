@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.loaders import ChunkedBatches, ChunkedDataLoader, chunk, join_batches
+from lightning_multigrid.data.loaders import ChunkedBatches, ChunkedDataLoader, SmallByValue, chunk, join_batches
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
@@ -116,3 +116,40 @@ def test_join_batches_pathways_views_and_refusals() -> None:
     assert joined["skipped"] == ["a"]
     with pytest.raises(TypeError, match="cannot join batch key 'x'"):
         join_batches([{"x": 1.0}, {"x": 2.0}])
+
+
+def test_small_tensors_come_back_by_value_as_the_same_tensors(synthetic_dataset: SyntheticDataset) -> None:
+    # In the main process the wrapper changes nothing (num_workers=0 hands the batch over as it is).
+    samples = [{"video": torch.zeros(3, 2, 4, 4, dtype=torch.uint8), "label": i, "index": i, "skipped": ()} for i in (3, 5)]
+    assert SmallByValue(collate_clips)(samples).keys() == collate_clips(samples).keys()
+    assert isinstance(SmallByValue(collate_clips)(samples)["label"], torch.Tensor)
+    # Through a real worker: plain tensors of the same dtype, shape and values as the plain loader's,
+    # the video (above the by-value limit) still through shared memory.
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
+    chunked = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=1, num_workers=2,
+                                collate_fn=collate_clips)
+    assert isinstance(chunked.collate_fn, SmallByValue)
+    assert ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), num_workers=2,
+                             collate_fn=chunked.collate_fn).collate_fn is chunked.collate_fn  # re-created: not wrapped twice
+    plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
+    for ours, theirs in zip(chunked, plain, strict=True):
+        for key in ("label", "index"):
+            assert type(ours[key]) is torch.Tensor and ours[key].dtype == theirs[key].dtype == torch.int64
+            assert torch.equal(ours[key], theirs[key])
+        assert torch.equal(ours["video"], theirs["video"])
+
+
+def test_by_value_pickling_keeps_dtype_shape_and_values() -> None:
+    import io
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from lightning_multigrid.data.loaders import _ByValue, _small
+
+    tensors = [torch.tensor([[0.0, 1.0], [1.0, 0.0]]), torch.arange(5, dtype=torch.int64)[::2], torch.tensor([True])]
+    buffer = io.BytesIO()
+    ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump([_ByValue(t) for t in tensors])
+    for before, after in zip(tensors, pickle.loads(buffer.getvalue()), strict=True):
+        assert type(after) is torch.Tensor and after.dtype == before.dtype and torch.equal(after, before)
+    assert _small(torch.zeros(1 << 14)) and not _small(torch.zeros((1 << 14) + 1))  # up to 64 KiB by value
+    assert not _small(torch.zeros(2, dtype=torch.bfloat16))  # no numpy dtype

@@ -108,3 +108,22 @@ def test_in_memory_frames_are_placed_by_timestamp_as_the_file_reader_picks_them(
         params = ClipParams((index,), 64, 48, 0, 0, 32)
         assert VideoFactory.frame_index(memory.read(entry, params)[:, 0].numpy()) == index
         assert VideoFactory.frame_index(files.read(entry, params)[:, 0].numpy()) == index
+
+
+def test_in_memory_clips_are_the_resized_crop_box_of_each_frame(synthetic_dataset: SyntheticDataset) -> None:
+    import torch.nn.functional as F
+
+    entry = load_manifest(synthetic_dataset.val_manifest).entries[0]
+    memory = InMemoryReader([entry])
+    source = memory._load(entry.path)[1]  # uint8 (T, 3, H, W)
+    height, width = source.shape[-2:]
+    for params in (ClipParams((0, 3, 3, 9), 43, 32, 5, 0, 32, flip=True), ClipParams((1, 2), 85, 64, 20, 7, 45)):
+        # The box mapped back onto the source frame, gathered by advanced indexing, then resized.
+        sy, sx = height / params.resize_height, width / params.resize_width
+        box = (slice(round(params.crop_y * sy), round((params.crop_y + params.crop_size) * sy)),
+               slice(round(params.crop_x * sx), round((params.crop_x + params.crop_size) * sx)))
+        size = (params.crop_size, params.crop_size)
+        expected = F.interpolate(source[list(params.frame_indices), :, box[0], box[1]], size=size, mode="bilinear",
+                                 antialias=True)
+        expected = (expected.flip(-1) if params.flip else expected).permute(1, 0, 2, 3)
+        assert torch.equal(memory.read(entry, params), expected)

@@ -300,3 +300,47 @@ def test_compile_dynamic_does_not_recompile_at_every_grid():
     torch._dynamo.reset()
     # Dynamic: one graph per range of sizes the network's strides bring to 1 (frames 2, 4, 8 here).
     assert graphs == {"dynamic": 3, "per_grid": len(grids)}
+
+
+class StepLosses(pl.Callback):
+    """Each step's loss, and the ``train/loss`` Lightning holds for the progress bar after it."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.shown: list[float | None] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.losses.append(float(outputs["loss"]))
+        shown = trainer.progress_bar_metrics.get("train/loss")
+        self.shown.append(None if shown is None else float(shown))
+
+
+@pytest.mark.parametrize("progress_bar", [False, True])
+def test_train_loss_reaches_loggers_bar_and_epoch_end_without_a_call_per_step(tmp_path: Path, progress_bar: bool) -> None:
+    from pytorch_lightning.loggers import CSVLogger
+
+    torch.manual_seed(0)
+    model = VideoClassifier(num_classes=3, backbone="tiny", tiny_width=2, dropout_rate=0.0)
+    calls = []
+    log = model.log
+    model.log = lambda name, *args, **kwargs: (calls.append(name), log(name, *args, **kwargs))[1]  # type: ignore[method-assign]
+    steps = StepLosses()
+    shapes = [(2, 2, 16)] * 7  # 7 steps per epoch, 2 epochs
+    fit = trainer(tmp_path, max_epochs=2, log_every_n_steps=3, logger=CSVLogger(tmp_path, name="csv"),
+                  enable_progress_bar=progress_bar, callbacks=[steps])
+    fit.fit(model, loader(batches(shapes, 3)))
+
+    # The loggers get every logging step's own loss (steps 3, 6, 9, 12 of 14), as Lightning writes them.
+    rows = (Path(fit.logger.log_dir) / "metrics.csv").read_text().splitlines()  # type: ignore[union-attr]
+    header = rows[0].split(",")
+    logged = {int(r.split(",")[header.index("step")]): float(r.split(",")[header.index("train/loss")]) for r in rows[1:]}
+    assert logged == pytest.approx({step - 1: steps.losses[step - 1] for step in (3, 6, 9, 12)})
+    # The last step of each epoch is there for epoch-end readers (EarlyStopping, ModelCheckpoint).
+    assert steps.shown[6] == pytest.approx(steps.losses[6]) and steps.shown[13] == pytest.approx(steps.losses[13])
+    assert fit.callback_metrics["train/loss"] == pytest.approx(steps.losses[-1])
+    if progress_bar:  # the bar shows every step's loss
+        assert steps.shown == pytest.approx(steps.losses) and len(calls) == 14
+    else:  # logging steps and epoch ends only
+        assert calls.count("train/loss") == 6
+        assert steps.shown[3] == pytest.approx(steps.losses[2])  # between them, the last logged value

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, get_worker_info
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_int
 from lightning_multigrid._internals import shutdown_loader_workers
@@ -46,6 +46,7 @@ __all__ = [
     "ChunkedDataLoader",
     "LoaderKey",
     "LoaderSettings",
+    "SmallByValue",
     "build_eval_loader",
     "build_train_loader",
     "chunk",
@@ -262,7 +263,8 @@ class ChunkedDataLoader(DataLoader):
         min_chunk_size: no chunk below this many clips (a few clips per worker round trip keep
             the inter-process overhead small; the base batch size is a good value).
         num_workers: worker processes; with 0 or 1 batches are not cut.
-        collate_fn: collates a chunk; chunks are joined with :func:`join_batches`.
+        collate_fn: collates a chunk; chunks are joined with :func:`join_batches`. Wrapped in
+            :class:`SmallByValue`, so a chunk's labels and indices come back from the worker by value.
         pin_memory: pin batches (the joined batch is pinned again).
         persistent_workers: keep workers between epochs.
         batch_size: as ``DataLoader``; must stay 1 with a ``batch_sampler`` (here so Lightning
@@ -296,6 +298,8 @@ class ChunkedDataLoader(DataLoader):
     ) -> None:
         if min_chunk_size < 1:
             raise ValueError(f"`min_chunk_size` must be >= 1, got {min_chunk_size!r}.")
+        if collate_fn is not None and not isinstance(collate_fn, SmallByValue):
+            collate_fn = SmallByValue(collate_fn)  # (Lightning re-creates the loader with this one)
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -383,3 +387,56 @@ def _cat(tensors: list[torch.Tensor], pin_memory: bool) -> torch.Tensor:
     shape = (sum(t.shape[0] for t in tensors), *tensors[0].shape[1:])
     out = torch.empty(shape, dtype=tensors[0].dtype, pin_memory=True)
     return torch.cat(tensors, out=out)
+
+
+# Tensors a worker hands back by value, pickled with the batch, up to this size. torch sends every
+# tensor of a batch through a shared-memory file whose descriptor goes over a socket: about 0.2-0.3 ms
+# of the main process's CPU per tensor (and the worker's), so a chunk's labels and indices cost
+# more than its video; multigrid's coarse batches arrive in several chunks each.
+_BY_VALUE_BYTES = 1 << 16
+_NUMPY_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64,
+})
+
+
+class SmallByValue:
+    """A ``collate_fn`` whose small tensors leave a DataLoader worker by value.
+
+    Wraps ``collate_fn``: in a worker process, the tensors of the batch (a dict) of at most 64 KiB
+    (labels, indices, views) are pickled as bytes with the batch instead of each getting a
+    shared-memory file; the main process receives the same plain tensors (dtype, shape, values).
+    Outside a worker (``num_workers=0``) the batch is returned untouched.
+
+    Args:
+        collate_fn: the collate function wrapped.
+    """
+
+    def __init__(self, collate_fn: Callable[[list[Any]], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: list[Any]) -> Any:
+        batch = self.collate_fn(samples)
+        if not isinstance(batch, dict) or get_worker_info() is None:
+            return batch
+        return {key: _ByValue(value) if _small(value) else value for key, value in batch.items()}
+
+
+def _small(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dtype in _NUMPY_DTYPES
+        and not value.requires_grad and value.numel() * value.element_size() <= _BY_VALUE_BYTES
+    )
+
+
+class _ByValue:
+    """A small CPU tensor that unpickles as a plain tensor with the same dtype, shape and values."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # numpy arrays pickle their bytes; from_numpy gives the tensor back without a copy.
+        return (torch.from_numpy, (self.tensor.numpy(),))
