@@ -42,13 +42,13 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, SequentialSampler
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.data.sampler import ShortCycleBatchSampler
+from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
@@ -228,8 +228,11 @@ class _GridData(pl.LightningDataModule):
         self.plan = plan if plan is not None else FixedGrid(self.base_shape, self.clip_sampling)
 
     def train_dataloader(self) -> DataLoader[Any]:
-        sampler = ShortCycleBatchSampler(SequentialSampler(range(len(self.dataset))), self.plan)
-        return DataLoader(self.dataset, batch_sampler=sampler)
+        # As docs/data.md's own DataModule: the epoch the loader is built for (Lightning reloads it where
+        # the grids change) and the sampler Lightning sets the epoch of.
+        sampler = EpochShardSampler(len(self.dataset), shuffle=False)
+        batch_sampler = ShortCycleBatchSampler(sampler, self.plan, start_epoch=self.trainer.current_epoch)
+        return DataLoader(self.dataset, batch_sampler=batch_sampler)
 
 
 class _TimedCallback(MultigridCallback):
