@@ -188,6 +188,7 @@ def _dry_run_args(config: Path, dataset: SyntheticDataset, tmp_path: Path) -> li
         "model.init_args.milestones": "[]",
         # the session's synthetic videos at a small base shape, decoded in this process
         "data.init_args.synthetic_dir": "null",
+        "data.init_args.synthetic_format": "mp4",  # the demo's store is for its own synthetic videos
         "data.init_args.train_manifest": str(train_manifest),
         "data.init_args.val_manifest": str(val_manifest),
         "data.init_args.test_manifest": "null",
