@@ -320,9 +320,7 @@ def source_datasets(
             f"{jpeg_bytes / 2**20:.1f} MiB, the mp4 files {mp4_bytes / 2**20:.1f} MiB ({jpeg_bytes / mp4_bytes:.1f}x)",
             file=sys.stderr,
         )
-        for decode in decodes:
-            frame_decode = "workers" if decode == "cpu" else "device"
-            datasets.append(("frames", decode, TrainVideoDataset(report.manifest, frame_decode=frame_decode)))
+        datasets += jpeg_datasets("frames", report.manifest, decodes)
     if "store" in formats:
         started = time.perf_counter()
         packed = pack_frames(
@@ -337,10 +335,14 @@ def source_datasets(
             f"{time.perf_counter() - started:.1f} s; it takes {store_bytes / 2**20:.1f} MiB ({store_bytes / mp4_bytes:.1f}x the mp4)",
             file=sys.stderr,
         )
-        for decode in decodes:
-            frame_decode = "workers" if decode == "cpu" else "device"
-            datasets.append(("store", decode, TrainVideoDataset(packed.store, frame_decode=frame_decode)))
+        datasets += jpeg_datasets("store", packed.store, decodes)
     return datasets
+
+
+def jpeg_datasets(fmt: str, source: Path, decodes: list[str]) -> list[tuple[str, str, Any]]:
+    """One dataset of JPEG frames (folders or a store) per decode: ``cpu`` in the workers, ``cuda`` on the device."""
+    return [(fmt, decode, TrainVideoDataset(source, frame_decode="workers" if decode == "cpu" else "device"))
+            for decode in decodes]
 
 
 # The benchmark schedule's base grid (its level 0: the largest short side its grids draw).
