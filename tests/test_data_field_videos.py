@@ -245,20 +245,16 @@ def _cut(path: Path, fraction: float = 0.6) -> None:
     path.write_bytes(data[: int(len(data) * fraction)])
 
 
-def _cut_webm(directory: Path) -> Path:
-    rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(48)]
-    path = write_video(directory / "cut.webm", frames, "libvpx-vp9")
-    _cut(path)
-    return path
+def _cut_vp9(name: str, seed: int) -> Callable[[Path], Path]:
+    """A VP9 video in a Matroska container (``name``: cut.webm, cut.mkv) cut at 60% of its bytes."""
+    def build(directory: Path) -> Path:
+        rng = np.random.default_rng(seed)
+        frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(48)]
+        path = write_video(directory / name, frames, "libvpx-vp9")
+        _cut(path)
+        return path
 
-
-def _cut_mkv(directory: Path) -> Path:
-    rng = np.random.default_rng(1)
-    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(48)]
-    path = write_video(directory / "cut.mkv", frames, "libvpx-vp9")
-    _cut(path)
-    return path
+    return build
 
 
 def _jpeg_as_mp4(directory: Path) -> Path:
@@ -282,8 +278,8 @@ def _mirrored(directory: Path) -> Path:
 
 
 BAD_VIDEOS = {
-    "webm_cut_at_60_percent": (_cut_webm, "the file is truncated: its header declares 1.92 s of video"),
-    "mkv_cut_at_60_percent": (_cut_mkv, "the file is truncated: its header declares 1.92 s of video"),
+    "webm_cut_at_60_percent": (_cut_vp9("cut.webm", 0), "the file is truncated: its header declares 1.92 s of video"),
+    "mkv_cut_at_60_percent": (_cut_vp9("cut.mkv", 1), "the file is truncated: its header declares 1.92 s of video"),
     "jpeg_saved_as_mp4": (_jpeg_as_mp4, "not a video: a still image (mjpeg, read by FFmpeg's jpeg_pipe demuxer)"),
     "png_saved_as_mp4": (_png_as_mp4, "not a video: a still image (png, read by FFmpeg's png_pipe demuxer)"),
     "single_frame": (_single_frame, "not a video: its video stream holds a single frame"),
