@@ -214,7 +214,7 @@ class VideoReader:
         upright (an array view).
         """
         rotation = self.metadata.rotation
-        stored_width, stored_height = (height, width) if rotation in (90, 270) else (width, height)
+        stored_width, stored_height = stored_size(width, height, rotation)
         image = self._reformatter.reformat(
             frame,
             width=stored_width,
@@ -483,6 +483,11 @@ def _declared_seconds(container: av.container.InputContainer, stream: av.video.s
     return None
 
 
+def stored_size(width: int, height: int, rotation: int) -> tuple[int, int]:
+    """The stored frame's ``(width, height)`` that shows as ``width x height`` once turned ``rotation`` degrees."""
+    return (height, width) if rotation in (90, 270) else (width, height)
+
+
 def upright(image: np.ndarray, rotation: int) -> np.ndarray:
     """A stored ``(H, W, C)`` image turned ``rotation`` degrees clockwise, as players show it (a view)."""
     return image if rotation == 0 else np.rot90(image, k=-(rotation // 90))
@@ -492,9 +497,9 @@ def displayed_rgb(frame: av.VideoFrame, metadata: VideoMetadata, width: int, hei
     """A decoded frame as players show it at ``width x height`` displayed pixels: uint8 RGB
     ``(height, width, 3)``, anamorphic pixels stretched square in the conversion, then turned upright.
     For whole-file decodes (``extract-frames``, ``pack-frames``); clip reads use :meth:`VideoReader.displayed`."""
-    rotation = metadata.rotation
-    stored_width, stored_height = (height, width) if rotation in (90, 270) else (width, height)
-    return np.ascontiguousarray(upright(frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24"), rotation))
+    stored_width, stored_height = stored_size(width, height, metadata.rotation)
+    image = frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24")
+    return np.ascontiguousarray(upright(image, metadata.rotation))
 
 
 def decoder_threads_per_worker() -> int:
