@@ -329,8 +329,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """
         if train is not None:
             self._train_dataset = train
-            self._train_loader.clear()
-            self._precise_bn_loader.clear()
+            self._train_loader.close()
+            self._precise_bn_loader.close()
         if val is not None:
             self._val_dataset = val
             self._drop_eval_loaders("val")
@@ -452,9 +452,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """
         self._train_loader.close()
         self._precise_bn_loader.close()
-        for loader in self._eval_loaders.values():
-            shutdown_loader_workers(loader)
-        self._eval_loaders.clear()
+        for split in {key[0] for key in self._eval_loaders}:
+            self._drop_eval_loaders(split)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -545,7 +544,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         return load_manifest(path, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind)
 
     def _drop_eval_loaders(self, split: str) -> None:
-        self._eval_loaders = {key: loader for key, loader in self._eval_loaders.items() if key[0] != split}
+        """Forget ``split``'s loaders, their workers stopped now (as :meth:`teardown` does), not at garbage collection."""
+        for key in [key for key in self._eval_loaders if key[0] == split]:
+            shutdown_loader_workers(self._eval_loaders.pop(key))
 
     def _check_batches_left(self, plan: GridPlan) -> None:
         """With ``drop_last``, refuse a plan with an epoch of 0 batches (it would end the run there)."""
