@@ -118,6 +118,16 @@ def test_importing_the_package_or_the_sampler_loads_no_decoder_and_no_tool(state
     assert loaded == "[]", f"`{statement}` loaded {loaded}"
 
 
+def test_every_public_name_loaded_still_leaves_out_lightning_and_the_model_zoo() -> None:
+    # What the old eager import checked: the data pipeline needs the one [slow, fast] split from
+    # models/, not torchvision's model zoo (a second of start-up in every DataLoader worker).
+    code = (
+        "import sys, lightning_multigrid.data as data; [getattr(data, name) for name in data.__all__]; "
+        "print(sorted(m for m in ('torchvision.models', 'pytorch_lightning', 'lightning') if m in sys.modules))"
+    )
+    assert _run(code) == "[]"
+
+
 def test_a_name_is_imported_on_first_access() -> None:
     code = (
         "import sys, lightning_multigrid.data as data; "
