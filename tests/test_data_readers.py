@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_multigrid.data import ClipRequest, EvalVideoDataset, SyntheticDataset, TrainVideoDataset
+from lightning_multigrid.data import ClipRequest, EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.metadata import VideoMetadata
 from lightning_multigrid.data.decoding.readers import ClipReader, InMemoryReader, VideoFileReader
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.synthetic import SyntheticDataset
 
 from conftest import VideoFactory
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from lightning_multigrid.data import slowfast_pathways as public
+from lightning_multigrid.models import slowfast_pathways as public
 from lightning_multigrid.models.pathways import slowfast_pathways
 
 

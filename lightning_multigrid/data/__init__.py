@@ -7,71 +7,76 @@ datasets use; ``store/`` the packed frame store and its reader; ``tools/`` holds
 ``pack-frames`` and ``check-data``. Every reader gives the same
 clips from the same seeds. Everything here but ``datamodule`` works in a plain PyTorch loop (no
 Lightning import).
+
+The public names (``__all__``) are what a user assembles a data pipeline from, in a plain PyTorch
+loop or their own DataModule: the datasets and ``collate_clips``, the batch samplers, the
+``ClipRequest`` they exchange, the readers, the manifest, and the errors to catch. Each is imported
+on first access, so importing one module of the package (the batch sampler, say) loads neither PyAV
+nor the tools. Everything else is reached by its module path (``lightning_multigrid.data.tools.pack``,
+``lightning_multigrid.data.decoding.video``, ...); ``MultigridVideoDataModule`` (the one name here
+that imports Lightning) is public at the package root, ``lightning_multigrid``.
 """
 
-from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, eval_clip_params, sample_clip_params
-from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decoding.device import DeviceDecode, EncodedBatch, decode_batch, decode_clips
-from lightning_multigrid.data.decoding.errors import VideoDecodeError
-from lightning_multigrid.data.decoding.frame_names import FrameLayout
-from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
-from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
-from lightning_multigrid.data.decoding.video import VideoReader, probe_video
-from lightning_multigrid.data.loaders import ChunkedDataLoader
-from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
-from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.manifests.load import load_manifest
-from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
-from lightning_multigrid.data.store.reader import PackedFrameReader
-from lightning_multigrid.data.synthetic import SyntheticDataset, generate_synthetic_dataset, write_video
-from lightning_multigrid.data.tools.extract import extract_frames
-from lightning_multigrid.data.tools.pack import pack_frames
-from lightning_multigrid.models.pathways import slowfast_pathways
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_multigrid.data.clip_params import ClipRequest
+    from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
+    from lightning_multigrid.data.decoding.errors import VideoDecodeError
+    from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
+    from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
+    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
+    from lightning_multigrid.data.store.reader import PackedFrameReader
+
+# name -> module that defines it, imported on first access.
+_LAZY = {
+    "EvalVideoDataset": "lightning_multigrid.data.dataset",
+    "TrainVideoDataset": "lightning_multigrid.data.dataset",
+    "collate_clips": "lightning_multigrid.data.dataset",
+    "ShortCycleBatchSampler": "lightning_multigrid.data.sampler",
+    "EpochShardSampler": "lightning_multigrid.data.sampler",
+    "ClipRequest": "lightning_multigrid.data.clip_params",
+    "ClipReader": "lightning_multigrid.data.decoding.readers",
+    "FrameFolderReader": "lightning_multigrid.data.decoding.readers",
+    "InMemoryReader": "lightning_multigrid.data.decoding.readers",
+    "VideoFileReader": "lightning_multigrid.data.decoding.readers",
+    "PackedFrameReader": "lightning_multigrid.data.store.reader",
+    "Manifest": "lightning_multigrid.data.manifests.entries",
+    "ManifestError": "lightning_multigrid.data.manifests.entries",
+    "load_manifest": "lightning_multigrid.data.manifests.load",
+    "VideoDecodeError": "lightning_multigrid.data.decoding.errors",
+}
+
+# What users construct, pass or catch (tests/test_data_api.py pins it and checks it against _LAZY and
+# the TYPE_CHECKING imports above, which let type checkers see each name).
 __all__ = [
-    "ChunkedDataLoader",
     "ClipReader",
-    "ClipParams",
     "ClipRequest",
-    "DeviceDecode",
-    "EncodedBatch",
-    "EncodedClip",
+    "EpochShardSampler",
     "EvalVideoDataset",
-    "FrameFolder",
     "FrameFolderReader",
-    "FrameLayout",
     "InMemoryReader",
     "Manifest",
     "ManifestError",
-    "MetadataCache",
     "PackedFrameReader",
-    "SyntheticDataset",
+    "ShortCycleBatchSampler",
     "TrainVideoDataset",
     "VideoDecodeError",
-    "VideoEntry",
-    "VideoMetadata",
     "VideoFileReader",
-    "VideoReader",
     "collate_clips",
-    "decode_batch",
-    "decode_clips",
-    "eval_clip_params",
-    "extract_frames",
-    "generate_synthetic_dataset",
     "load_manifest",
-    "open_frame_folder",
-    "pack_frames",
-    "probe_video",
-    "read_class_names",
-    "read_clip",
-    "read_encoded_clip",
-    "read_folder_manifest",
-    "read_frame_manifest",
-    "read_manifest",
-    "sample_clip_params",
-    "slowfast_pathways",
-    "write_frame_manifest",
-    "write_manifest",
-    "write_video",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -20,8 +20,9 @@ keyframe asked for, so the reader then steps back a keyframe, and finally decode
 Frames come out as players show them (:class:`~lightning_multigrid.data.decoding.metadata.VideoMetadata`):
 anamorphic frames stretched to square pixels (inside the same swscale call as the resize) and
 phone videos turned upright by their display matrix; a mirroring or oblique display matrix is
-refused. Still images saved with a video name, single-frame files and Matroska/WebM files cut
-short (their header declares more video than their packets hold) are refused by name. The
+refused (that geometry is :mod:`~lightning_multigrid.data.decoding.display`'s). Still images saved
+with a video name, single-frame files and Matroska/WebM files cut short (their header declares more
+video than their packets hold) are refused by name. The
 datasets' :class:`~lightning_multigrid.data.decoding.readers.VideoFileReader` probes each path once
 per process (its :class:`~lightning_multigrid.data.decoding.metadata.MetadataCache`: each
 DataLoader worker fills its own copy); metadata can be precomputed into a JSON file
@@ -42,24 +43,27 @@ import os
 from collections.abc import Iterator
 from fractions import Fraction
 from types import TracebackType
-from typing import Any, Literal
+from typing import Literal
 
 import av
 import numpy as np
 import torch
-from av.sidedata.sidedata import Type as SideDataType
 from av.video.reformatter import VideoReformatter
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
+from lightning_multigrid.data.decoding.display import (
+    display_rotation,
+    displayed_size,
+    pixel_aspect,
+    stored_size,
+    upright,
+)
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
 from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata, file_stamp
 
-__all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "display_rotation", "probe_video", "upright"]
+__all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "probe_video"]
 
 Interpolation = Literal["FAST_BILINEAR", "BILINEAR", "BICUBIC", "AREA", "POINT"]
-
-DISPLAYMATRIX = SideDataType.DISPLAYMATRIX
-
 
 class VideoReader:
     """An open video file: metadata, and clips decoded to the requested size.
@@ -371,13 +375,11 @@ class VideoReader:
         self._check_declared_duration(float((pts_list[-1] + last) * time_base), float(last * time_base))
         fps = len(pts_list) / duration if duration > 0 else float(stream.average_rate or 0)
         rotation = self._rotation()
-        pixel_aspect = _pixel_aspect(stream)
-        shown_width = max(1, round(width * pixel_aspect))
-        if rotation in (90, 270):
-            shown_width, height = height, shown_width
+        aspect = pixel_aspect(stream)
+        shown_width, shown_height = displayed_size(width, height, aspect, rotation)
         return VideoMetadata(
             width=shown_width,
-            height=height,
+            height=shown_height,
             num_frames=len(pts_list),
             fps=fps,
             duration=duration,
@@ -385,7 +387,7 @@ class VideoReader:
             timestamps=timestamps,
             keyframe_pts=tuple(sorted(keyframes)),
             rotation=rotation,
-            pixel_aspect=pixel_aspect,
+            pixel_aspect=aspect,
             file_size=None if self._stamp is None else self._stamp[0],
             file_mtime_ns=None if self._stamp is None else self._stamp[1],
         )
@@ -439,35 +441,6 @@ def _refuse_still_image(path: str, demuxer: str, codec: str) -> None:
         )
 
 
-def display_rotation(path: str, frame: av.VideoFrame) -> int:
-    """Degrees clockwise (0, 90, 180, 270) a player turns ``frame``, from its display matrix.
-
-    Raises:
-        VideoDecodeError: when the matrix mirrors the picture or turns it by other than a right angle.
-    """
-    side_data: Any = frame.side_data  # a SideDataContainer (PyAV's stubs call it SideData)
-    if DISPLAYMATRIX not in side_data:
-        return 0
-    # Nine native int32 (16.16 fixed point): a b u / c d v / x y w; a mirror has a negative determinant.
-    a, b, _, c, d = np.frombuffer(bytes(side_data[DISPLAYMATRIX]), dtype=np.int32, count=5).tolist()
-    clockwise = -frame.rotation % 360  # PyAV gives the counter-clockwise angle
-    if a * d - b * c <= 0 or clockwise % 90:
-        raise VideoDecodeError(
-            path,
-            f"its display matrix mirrors the picture or turns it by {clockwise} degrees (not a right angle): "
-            "not supported; re-encode it upright (e.g. `ffmpeg -i IN -vf transpose=... OUT`)",
-        )
-    return clockwise
-
-
-def _pixel_aspect(stream: av.video.stream.VideoStream) -> Fraction:
-    """The stored pixels' aspect: the container's when it sets one (as FFmpeg's players prefer), else the codec's."""
-    for ratio in (stream.sample_aspect_ratio, stream.codec_context.sample_aspect_ratio):
-        if ratio is not None and ratio > 0:
-            return Fraction(ratio)
-    return Fraction(1)
-
-
 def _declared_seconds(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> float | None:
     """The video's duration as the header declares it: Matroska's per-track ``DURATION`` tag (ffmpeg and
     mkvmerge write it), or its segment duration when the file holds only the video; else ``None``."""
@@ -481,25 +454,6 @@ def _declared_seconds(container: av.container.InputContainer, stream: av.video.s
     if "matroska" in container.format.name and len(container.streams) == 1 and container.duration:
         return container.duration / av.time_base
     return None
-
-
-def stored_size(width: int, height: int, rotation: int) -> tuple[int, int]:
-    """The stored frame's ``(width, height)`` that shows as ``width x height`` once turned ``rotation`` degrees."""
-    return (height, width) if rotation in (90, 270) else (width, height)
-
-
-def upright(image: np.ndarray, rotation: int) -> np.ndarray:
-    """A stored ``(H, W, C)`` image turned ``rotation`` degrees clockwise, as players show it (a view)."""
-    return image if rotation == 0 else np.rot90(image, k=-(rotation // 90))
-
-
-def displayed_rgb(frame: av.VideoFrame, metadata: VideoMetadata, width: int, height: int) -> np.ndarray:
-    """A decoded frame as players show it at ``width x height`` displayed pixels: uint8 RGB
-    ``(height, width, 3)``, anamorphic pixels stretched square in the conversion, then turned upright.
-    For whole-file decodes (``extract-frames``, ``pack-frames``); clip reads use :meth:`VideoReader.displayed`."""
-    stored_width, stored_height = stored_size(width, height, metadata.rotation)
-    image = frame.to_ndarray(width=stored_width, height=stored_height, format="rgb24")
-    return np.ascontiguousarray(upright(image, metadata.rotation))
 
 
 def decoder_threads_per_worker() -> int:

@@ -45,8 +45,9 @@ from PIL import Image
 
 from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.clip_params import resized_size
+from lightning_multigrid.data.decoding.display import displayed_rgb
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
-from lightning_multigrid.data.decoding.video import VideoReader, displayed_rgb
+from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry, read_class_names
 from lightning_multigrid.data.manifests.frames import manifest_field, write_frame_manifest
 from lightning_multigrid.data.manifests.videos import FRAMES_OUTPUT_MARKER

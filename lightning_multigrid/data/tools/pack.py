@@ -236,7 +236,8 @@ def _image_bytes(data: bytes) -> bytes:
 def _pack_video_file(job: _Job) -> _Packed:
     import av
 
-    from lightning_multigrid.data.decoding.video import VideoReader, displayed_rgb
+    from lightning_multigrid.data.decoding.display import displayed_rgb
+    from lightning_multigrid.data.decoding.video import VideoReader
 
     path = job.entry.path
     with VideoReader(path) as video:  # names missing, empty, non-video files as check-data does
