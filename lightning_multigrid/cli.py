@@ -19,8 +19,16 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
+from lightning_multigrid.config import (
+    DEFAULT_SHORT_RUN,
+    DEFAULTS,
+    MultigridConfig,
+    MultigridOptions,
+    ShortRun,
+    default_long_cycle_factors,
+)
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule import MultigridConfig, build_schedule, default_long_cycle_factors
+from lightning_multigrid.schedule import build_schedule
 
 __all__ = ["main"]
 
@@ -38,9 +46,14 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     )
     base.add_argument("--gamma", type=float, default=0.1, help="LR decay per stage (default 0.1)")
     base.add_argument("--devices", type=int, default=1, help="number of devices (default 1)")
+    # Defaults come from the options' own (config.DEFAULTS); `%(default)s` shows them in the help.
     multigrid = parser.add_argument_group("multigrid")
-    multigrid.add_argument("--epoch-factor", type=float, default=1.5, help="multigrid epochs / baseline (1.5)")
-    multigrid.add_argument("--bn-base-size", type=int, default=8, help="clips per BatchNorm group (8)")
+    multigrid.add_argument(
+        "--epoch-factor", type=float, default=DEFAULTS.epoch_factor, help="multigrid epochs / baseline (%(default)s)"
+    )
+    multigrid.add_argument(
+        "--bn-base-size", type=int, default=DEFAULTS.bn_base_size, help="clips per BatchNorm group (%(default)s)"
+    )
     multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
     multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
     multigrid.add_argument(
@@ -49,8 +62,8 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the paper's four; with --pretrained and a short --dataset-size run, the pretrained default)",
     )
     multigrid.add_argument(
-        "--full-grid-share", type=float, default=0.0,
-        help="share of the baseline's iterations guaranteed at the full grid (0: the paper's schedule)",
+        "--full-grid-share", type=float, default=DEFAULTS.full_grid_share,
+        help="share of the baseline's iterations guaranteed at the full grid (%(default)s: the paper's schedule)",
     )
     multigrid.add_argument(
         "--scale-bn-base-size", action="store_true",
@@ -61,11 +74,12 @@ def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         help="short-run mode: coarse grids at the base batch for part of the run, then the full grid",
     )
     multigrid.add_argument(
-        "--short-run-coarse-share", type=float, default=0.5, help="short-run mode: most epochs on coarse grids (0.5)"
+        "--short-run-coarse-share", type=float, default=DEFAULT_SHORT_RUN.coarse_share,
+        help="short-run mode: most epochs on coarse grids (%(default)s)",
     )
     multigrid.add_argument(
-        "--short-run-max-lr-factor", type=int, default=1,
-        help="short-run mode: largest batch growth (and LR factor) of a coarse grid (1)",
+        "--short-run-max-lr-factor", type=int, default=DEFAULT_SHORT_RUN.max_lr_factor,
+        help="short-run mode: largest batch growth (and LR factor) of a coarse grid (%(default)s)",
     )
     multigrid.add_argument(
         "--pretrained", action=argparse.BooleanOptionalAction, default=None,
@@ -94,6 +108,18 @@ def _run_schedule(args: argparse.Namespace) -> None:
 
     if args.plot:
         _check_output_file("--plot", args.plot, figure=True)
+    # Built even without --short-run: a bad --short-run-* value is refused, not ignored.
+    short_run = ShortRun(coarse_share=args.short_run_coarse_share, max_lr_factor=args.short_run_max_lr_factor)
+    options = MultigridOptions(
+        long_cycle=not args.no_long_cycle,
+        short_cycle=not args.no_short_cycle,
+        epoch_factor=args.epoch_factor,
+        long_cycle_factors=DEFAULTS.long_cycle_factors if args.long_cycle_factors is None else tuple(args.long_cycle_factors),
+        bn_base_size=args.bn_base_size,
+        full_grid_share=args.full_grid_share,
+        scale_bn_base_size=args.scale_bn_base_size,
+        short_run=short_run if args.short_run else None,
+    )
     config = MultigridConfig(
         base=GridShape(args.batch_size, args.num_frames, args.crop_size),
         sampling_rate=args.sampling_rate,
@@ -101,16 +127,7 @@ def _run_schedule(args: argparse.Namespace) -> None:
         milestones=tuple(args.milestones),
         gamma=args.gamma,
         devices=args.devices,
-        epoch_factor=args.epoch_factor,
-        bn_base_size=args.bn_base_size,
-        long_cycle=not args.no_long_cycle,
-        short_cycle=not args.no_short_cycle,
-        full_grid_share=args.full_grid_share,
-        scale_bn_base_size=args.scale_bn_base_size,
-        short_run=args.short_run,
-        short_run_coarse_share=args.short_run_coarse_share,
-        short_run_max_lr_factor=args.short_run_max_lr_factor,
-        **({} if args.long_cycle_factors is None else {"long_cycle_factors": tuple(args.long_cycle_factors)}),
+        options=options,
     )
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
@@ -120,9 +137,10 @@ def _run_schedule(args: argparse.Namespace) -> None:
         if args.long_cycle_factors is None and args.dataset_size is not None:
             # As the callback: the default shapes depend on the start and the run's baseline steps.
             factors = default_long_cycle_factors(args.pretrained, schedule.baseline_iterations(args.dataset_size))
-            if factors != config.long_cycle_factors:
+            if factors != options.long_cycle_factors:
                 caught.clear()
-                schedule = build_schedule(dataclasses.replace(config, long_cycle_factors=factors))
+                options = dataclasses.replace(options, long_cycle_factors=factors)
+                schedule = build_schedule(dataclasses.replace(config, options=options))
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.format == "json":

@@ -18,7 +18,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from lightning_multigrid.norm.batchnorm import MultigridBatchNorm, check_grouping
 from lightning_multigrid.norm.groups import get_sync_group
-from lightning_multigrid.schedule import BNPlan
+from lightning_multigrid.stages import BNPlan
 
 __all__ = ["apply_bn_plan", "convert_batchnorm", "revert_batchnorm"]
 
