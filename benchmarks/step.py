@@ -54,7 +54,8 @@ from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
-from lightning_multigrid.schedule import MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 
 NUM_CLASSES = 10
 
@@ -94,8 +95,12 @@ def parse_shape(text: str) -> GridShape:
 
 def build(args: argparse.Namespace, base: GridShape) -> MultigridSchedule:
     return build_schedule(MultigridConfig(
-        base=base, max_epochs=args.epochs, milestones=tuple(args.milestones), sampling_rate=2, devices=1,
-        long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle,
+        base=base,
+        max_epochs=args.epochs,
+        milestones=tuple(args.milestones),
+        sampling_rate=2,
+        devices=1,
+        options=MultigridOptions(long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle),
     ))
 
 
