@@ -48,13 +48,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 
 NUM_CLASSES = 10

@@ -97,7 +97,8 @@ class MultigridCallback(Callback):
             statistics cover as many values on every grid.
         short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids at
             (about) the base batch first, then the full grid, over the baseline's epochs and LR
-            schedule (``docs/finetuning-and-short-runs.md``). ``True``: with its default settings;
+            schedule (``docs/finetuning-and-short-runs.md``). ``True``: with its default settings
+            (``False`` or ``None``: off);
             a :class:`~lightning_multigrid.config.ShortRun` sets them (``coarse_share``: at most
             this fraction of the epochs on coarse grids; ``max_lr_factor``: largest batch growth,
             and LR factor, of a coarse grid); in YAML ``short_run: {coarse_share: 0.3}``.
@@ -133,7 +134,7 @@ class MultigridCallback(Callback):
         short_cycle_factors: tuple[float, float] | None = None,
         full_grid_share: float = DEFAULTS.full_grid_share,
         scale_bn_base_size: bool = DEFAULTS.scale_bn_base_size,
-        short_run: bool | ShortRun = False,
+        short_run: bool | ShortRun | None = DEFAULTS.short_run,
     ) -> None:
         # The schedule's own checks run as the options are built; those that need the base grid or
         # the Trainer run in setup.
@@ -459,9 +460,9 @@ def _is_pretrained(pl_module: pl.LightningModule) -> bool:
     return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
 
 
-def _short_run(short_run: bool | ShortRun) -> ShortRun | None:
+def _short_run(short_run: bool | ShortRun | None) -> ShortRun | None:
     """The callback's ``short_run`` as the options hold it: ``True`` is the mode with its defaults."""
-    if isinstance(short_run, ShortRun):
+    if short_run is None or isinstance(short_run, ShortRun):
         return short_run
     if short_run is True:
         return ShortRun()

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.schedule import build_schedule
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import (
     ClipSampling,
     EvalViews,
@@ -14,7 +15,6 @@ from lightning_multigrid.grid import (
     count_batches,
     default_jitter_scales,
 )
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.schedule import build_schedule
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
-from lightning_multigrid.lr import BaselineLR, MultigridLR, Warmup, baseline_epochs_worked, find_warmup
 from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import GridShape
+from lightning_multigrid.lr import BaselineLR, MultigridLR, Warmup, baseline_epochs_worked, find_warmup
 from lightning_multigrid.schedule import build_schedule
 
 

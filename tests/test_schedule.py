@@ -163,7 +163,8 @@ def test_too_short_schedule_warns_and_drops_shapes():
 
 
 def test_fewer_epochs_than_lr_stages_is_an_error():
-    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=4, milestones=(1, 2, 3), options=MultigridOptions(epoch_factor=0.5))
+    options = MultigridOptions(epoch_factor=0.5)
+    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=4, milestones=(1, 2, 3), options=options)
     with pytest.raises(ValueError, match="fewer than its 4 LR stages"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortScheduleWarning)
         build_schedule(config)
