@@ -1,5 +1,5 @@
 """Module surgery: put :class:`~lightning_multigrid.norm.MultigridBatchNorm` into a model, take it
-out again, and set every layer's grouping from a :class:`~lightning_multigrid.schedule.BNPlan`.
+out again, and set every layer's grouping from a :class:`~lightning_multigrid.stages.BNPlan`.
 
 Example::
 
