@@ -58,7 +58,7 @@ only, ``full_grid_share=0.25``, ``epoch_factor=1``), on both fine-tuning tasks, 
 each, written to ``--out/map.json``: per option and task the mean test top-1, its difference from
 the baseline in points, the CPU and iteration savings, and the option that stays within 1 point
 of the baseline on both tasks at the largest CPU saving (the pretrained default,
-``schedule.PRETRAINED_LONG_CYCLE_FACTORS``), or none.
+``config.PRETRAINED_LONG_CYCLE_FACTORS``), or none.
 
 Validation (160 videos, base shape, precise BN for multigrid) runs every ``epochs / 8`` epochs
 for the curves; its time (and precise BN's) is left out of the wall-clock, which is training

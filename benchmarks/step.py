@@ -48,13 +48,14 @@ from torch.utils.flop_counter import FlopCounterMode
 from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
-from lightning_multigrid.schedule import MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 
 NUM_CLASSES = 10
 
@@ -94,8 +95,12 @@ def parse_shape(text: str) -> GridShape:
 
 def build(args: argparse.Namespace, base: GridShape) -> MultigridSchedule:
     return build_schedule(MultigridConfig(
-        base=base, max_epochs=args.epochs, milestones=tuple(args.milestones), sampling_rate=2, devices=1,
-        long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle,
+        base=base,
+        max_epochs=args.epochs,
+        milestones=tuple(args.milestones),
+        sampling_rate=2,
+        devices=1,
+        options=MultigridOptions(long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle),
     ))
 
 

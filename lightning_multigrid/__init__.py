@@ -16,11 +16,13 @@ __version__ = "0.1.0.dev0"
 
 # name -> module that defines it, imported on first access.
 _LAZY = {
-    "BNPlan": "lightning_multigrid.schedule",
-    "MultigridConfig": "lightning_multigrid.schedule",
+    "MultigridConfig": "lightning_multigrid.config",
+    "MultigridOptions": "lightning_multigrid.config",
+    "ShortRun": "lightning_multigrid.config",
+    "BNPlan": "lightning_multigrid.stages",
+    "Stage": "lightning_multigrid.stages",
+    "ShortScheduleWarning": "lightning_multigrid.allocation",
     "MultigridSchedule": "lightning_multigrid.schedule",
-    "ShortScheduleWarning": "lightning_multigrid.schedule",
-    "Stage": "lightning_multigrid.schedule",
     "build_schedule": "lightning_multigrid.schedule",
     "MultigridCallback": "lightning_multigrid.callback",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",

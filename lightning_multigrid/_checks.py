@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any
 
-__all__ = ["check_bool", "check_int", "check_positive_int", "check_positive_number", "is_number"]
+__all__ = [
+    "FIGURE_SUFFIXES", "check_bool", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
+    "is_number",
+]
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Any:
@@ -59,3 +64,27 @@ def check_positive_number(name: str, value: Any) -> Any:
     if not is_number(value) or not value > 0 or math.isinf(value):
         raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
     return value
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def check_output_file(option: str, path: str, figure: bool = False, creates_folder: bool = False) -> None:
+    """Refuse, before any work, an output file that could not be written at the end.
+
+    ``creates_folder``: the writer makes missing folders, so the nearest existing one must be writable.
+    """
+    file = Path(path)
+    if figure and file.suffix.lower() not in FIGURE_SUFFIXES:
+        raise ValueError(
+            f"`{option}` {path}: cannot write a figure as {file.suffix or 'a file without extension'!r}; "
+            f"name it with one of {', '.join(FIGURE_SUFFIXES)}."
+        )
+    if file.is_dir():
+        raise ValueError(f"`{option}` {path} is a folder: pass a file name.")
+    parent = file.absolute().parent
+    folder = parent if not creates_folder else next(p for p in (parent, *parent.parents) if p.exists())
+    if not folder.is_dir():
+        raise ValueError(f"`{option}` {path}: its folder {file.parent} does not exist; create it or pass another path.")
+    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
+        raise ValueError(f"`{option}` {path} cannot be written (permission denied); pass another path.")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
     import pytorch_lightning as pl
 
 __all__ = [
-    "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step", "iterations_done_in_epoch",
+    "build_train_loader", "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step", "iterations_done_in_epoch",
     "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
     "shutdown_loader_workers",
 ]
@@ -34,6 +34,16 @@ def drop_train_loader(trainer: pl.Trainer) -> None:
     ``reload_dataloaders_every_n_epochs`` only counts from the epoch that loader was built in.
     """
     trainer.fit_loop._combined_loader = None
+
+
+def build_train_loader(trainer: pl.Trainer) -> None:
+    """Build the fit loop's train loader now, if it has none yet, so ``trainer.num_training_batches`` is known.
+
+    Lightning builds it at the start of the first epoch; the callback needs the baseline loader's
+    length (with ``limit_train_batches``) in ``on_fit_start``, before that. ``fit_loop.setup_data``
+    is the fit loop's own method (not a Trainer API): it builds nothing when a loader is there.
+    """
+    trainer.fit_loop.setup_data()
 
 
 def is_logging_step(trainer: pl.Trainer) -> bool:

@@ -21,12 +21,22 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import drop_train_loader, setting_owner
+from lightning_multigrid._internals import build_train_loader, drop_train_loader, setting_owner
 from lightning_multigrid.batch_grid import BatchGridCheck
+from lightning_multigrid.config import (
+    DEFAULTS,
+    MultigridConfig,
+    MultigridOptions,
+    ShortRun,
+    check_milestones,
+    default_long_cycle_factors,
+)
 from lightning_multigrid.contracts import (
     GridDataModule,
+    MilestonesModule,
     PathwayDataModule,
     PreciseBNDataModule,
+    PreflightModule,
     PretrainedModule,
     SizedDataModule,
     SkipCountingDataModule,
@@ -42,19 +52,8 @@ from lightning_multigrid.norm import (
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
 from lightning_multigrid.resume import check_same_base, start_resumed_fit
-from lightning_multigrid.schedule import (
-    DEFAULT_LONG_CYCLE_FACTORS,
-    DEFAULT_SHORT_CYCLE_FACTORS,
-    MULTIGRID_OPTIONS,
-    BNPlan,
-    MultigridConfig,
-    MultigridSchedule,
-    Stage,
-    build_schedule,
-    check_milestones,
-    check_options,
-    default_long_cycle_factors,
-)
+from lightning_multigrid.schedule import MultigridSchedule, build_schedule
+from lightning_multigrid.stages import BNPlan, Stage
 from lightning_multigrid.step_log import StepLog
 
 __all__ = ["MultigridCallback"]
@@ -90,21 +89,24 @@ class MultigridCallback(Callback):
             the short cycle on, every long-cycle crop must be at least the short-cycle crops.
             ``None``: the paper's four, or for a short run from pretrained weights (a
             :class:`~lightning_multigrid.contracts.PretrainedModule` that says so) the pretrained
-            default (:func:`~lightning_multigrid.schedule.default_long_cycle_factors`).
-        short_cycle_factors: crop factors of the two smaller short-cycle iterations.
+            default (:func:`~lightning_multigrid.config.default_long_cycle_factors`).
+        short_cycle_factors: crop factors of the two smaller short-cycle iterations (``None``: the paper's).
         full_grid_share: at least this fraction of the baseline's iterations at the full grid,
             in a fine-tuning phase without short cycle (``0``: the paper's schedule).
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch, so BatchNorm
-            statistics cover as many values on every grid. Both: see
-            :class:`~lightning_multigrid.schedule.MultigridConfig`.
+            statistics cover as many values on every grid.
         short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids at
             (about) the base batch first, then the full grid, over the baseline's epochs and LR
-            schedule (see :class:`~lightning_multigrid.schedule.MultigridConfig` and
-            ``docs/finetuning-and-short-runs.md``).
-        short_run_coarse_share: at most this fraction of the epochs on coarse grids (short-run mode).
-        short_run_max_lr_factor: largest batch growth (and LR factor) of a coarse grid (short-run mode).
+            schedule (``docs/finetuning-and-short-runs.md``). ``True``: with its default settings
+            (``False`` or ``None``: off);
+            a :class:`~lightning_multigrid.config.ShortRun` sets them (``coarse_share``: at most
+            this fraction of the epochs on coarse grids; ``max_lr_factor``: largest batch growth,
+            and LR factor, of a coarse grid); in YAML ``short_run: {coarse_share: 0.3}``.
 
-    Arguments are checked here; Trainer settings in ``setup``/``on_fit_start``, before the first
+    The multigrid options are checked here and kept as one value, :attr:`options` (a
+    :class:`~lightning_multigrid.config.MultigridOptions`, where each is described and its default
+    written). Each default above is the options' own.
+    Trainer settings in ``setup``/``on_fit_start``, before the first
     step. Those changed for the fit (``max_epochs``: the multigrid count; ``max_steps``,
     ``val_check_interval``: mapped) get the user's values back after it, also when fit raises. How
     every Trainer setting is read, mapped or refused (precision, resume, a second ``fit``,
@@ -119,32 +121,35 @@ class MultigridCallback(Callback):
     def __init__(
         self,
         enabled: bool = True,
-        long_cycle: bool = True,
-        short_cycle: bool = True,
-        epoch_factor: float = 1.5,
+        long_cycle: bool = DEFAULTS.long_cycle,
+        short_cycle: bool = DEFAULTS.short_cycle,
+        epoch_factor: float = DEFAULTS.epoch_factor,
         milestones: list[int] | None = None,
-        bn_base_size: int = 8,
+        bn_base_size: int = DEFAULTS.bn_base_size,
         convert_batchnorm: bool = True,
         manage_lr: bool = True,
         precise_bn_batches: int = 200,
         preflight: bool = True,
         long_cycle_factors: list[tuple[float, float]] | None = None,
         short_cycle_factors: tuple[float, float] | None = None,
-        full_grid_share: float = 0.0,
-        scale_bn_base_size: bool = False,
-        short_run: bool = False,
-        short_run_coarse_share: float = 0.5,
-        short_run_max_lr_factor: int = 1,
+        full_grid_share: float = DEFAULTS.full_grid_share,
+        scale_bn_base_size: bool = DEFAULTS.scale_bn_base_size,
+        short_run: bool | ShortRun | None = DEFAULTS.short_run,
     ) -> None:
-        long_factors = DEFAULT_LONG_CYCLE_FACTORS if long_cycle_factors is None else long_cycle_factors
-        short_factors = DEFAULT_SHORT_CYCLE_FACTORS if short_cycle_factors is None else short_cycle_factors
-        # The schedule's own checks; those that need the base grid or the Trainer run in setup.
-        check_options(
-            long_cycle=long_cycle, short_cycle=short_cycle, epoch_factor=epoch_factor,
-            long_cycle_factors=long_factors, short_cycle_factors=short_factors, bn_base_size=bn_base_size,
-            full_grid_share=full_grid_share, scale_bn_base_size=scale_bn_base_size, short_run=short_run,
-            short_run_coarse_share=short_run_coarse_share, short_run_max_lr_factor=short_run_max_lr_factor,
+        # The schedule's own checks run as the options are built; those that need the base grid or
+        # the Trainer run in setup.
+        self.options = MultigridOptions(
+            long_cycle=long_cycle,
+            short_cycle=short_cycle,
+            epoch_factor=epoch_factor,
+            long_cycle_factors=DEFAULTS.long_cycle_factors if long_cycle_factors is None else long_cycle_factors,
+            short_cycle_factors=DEFAULTS.short_cycle_factors if short_cycle_factors is None else short_cycle_factors,
+            bn_base_size=bn_base_size,
+            full_grid_share=full_grid_share,
+            scale_bn_base_size=scale_bn_base_size,
+            short_run=_short_run(short_run),
         )
+        self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         if milestones is not None:
             check_milestones(milestones)
         check_int("precise_bn_batches", precise_bn_batches, 0)
@@ -154,23 +159,11 @@ class MultigridCallback(Callback):
         ):
             check_bool(name, flag)
         self.enabled = enabled
-        self.long_cycle = long_cycle
-        self.short_cycle = short_cycle
-        self.epoch_factor = epoch_factor
         self.milestones = milestones
-        self.bn_base_size = bn_base_size
         self.convert_batchnorm = convert_batchnorm
         self.manage_lr = manage_lr
         self.precise_bn_batches = precise_bn_batches
         self.preflight = preflight
-        self.long_cycle_factors = tuple(tuple(f) for f in long_factors)
-        self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
-        self.short_cycle_factors = tuple(short_factors)
-        self.full_grid_share = full_grid_share
-        self.scale_bn_base_size = scale_bn_base_size
-        self.short_run = short_run
-        self.short_run_coarse_share = short_run_coarse_share
-        self.short_run_max_lr_factor = short_run_max_lr_factor
         self._restored_config: dict[str, Any] | None = None
         self._lr: MultigridLR | None = None
         self._reset_fit_state()
@@ -226,7 +219,7 @@ class MultigridCallback(Callback):
     def _manages_batchnorm(self) -> bool:
         # Without the long cycle the batch never changes, and the reference implementation keeps
         # the model's BatchNorm as it is: so do we (DESIGN.md section 1).
-        return self.convert_batchnorm and self.long_cycle
+        return self.convert_batchnorm and self.options.long_cycle
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -273,6 +266,10 @@ class MultigridCallback(Callback):
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
         datamodule: GridDataModule = trainer.datamodule
+        options = self.options
+        if not self._long_cycle_factors_given:
+            factors = default_long_cycle_factors(_is_pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
+            options = dataclasses.replace(options, long_cycle_factors=factors)
         config = MultigridConfig(
             base=datamodule.base_shape,
             max_epochs=self._baseline_max_epochs,
@@ -280,11 +277,8 @@ class MultigridCallback(Callback):
             sampling_rate=datamodule.clip_sampling.sampling_rate,
             devices=trainer.world_size,
             jitter_scales=datamodule.clip_sampling.jitter_scales,
-            **{name: getattr(self, name) for name in MULTIGRID_OPTIONS},
+            options=options,
         )
-        if not self._long_cycle_factors_given:
-            factors = default_long_cycle_factors(_is_pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
-            config = dataclasses.replace(config, long_cycle_factors=factors)
         if self._restored_config is not None:
             # The checkpoint fixes the epochs (they must not move under a resumed run); the
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
@@ -302,9 +296,8 @@ class MultigridCallback(Callback):
         """The baseline's LR milestones: given, declared by the module (``lr_milestones``), or found."""
         if self.milestones is not None:
             return tuple(self.milestones)
-        declared = getattr(pl_module, "lr_milestones", None)
-        if declared is not None:
-            return tuple(int(m) for m in declared)
+        if isinstance(pl_module, MilestonesModule) and pl_module.lr_milestones is not None:
+            return tuple(int(m) for m in pl_module.lr_milestones)
         found = find_milestones(trainer.lr_scheduler_configs, steps_per_epoch, self._baseline_max_epochs)
         if not found:
             rank_zero_info(
@@ -316,7 +309,7 @@ class MultigridCallback(Callback):
     def _baseline_batches_per_epoch(self, trainer: pl.Trainer) -> int:
         # Called before the schedule is attached, so this is the baseline loader's length (with
         # `limit_train_batches`), as the user's configure_optimizers saw it.
-        trainer.fit_loop.setup_data()  # builds the baseline train loader if nothing has yet
+        build_train_loader(trainer)  # if nothing has yet
         return max(1, int(trainer.num_training_batches))
 
     def _change(self, trainer: pl.Trainer, name: str, value: Any) -> None:
@@ -330,7 +323,7 @@ class MultigridCallback(Callback):
 
         assert self.schedule is not None
         grids = self.schedule.distinct_grids()
-        if callable(getattr(pl_module, "preflight", None)):
+        if isinstance(pl_module, PreflightModule):
             pl_module.preflight(grids)  # the module knows its own input format (e.g. pathways)
         elif type(pl_module).forward is pl.LightningModule.forward:
             rank_zero_info("multigrid: skipped the preflight check: the LightningModule has no `forward`.")
@@ -465,3 +458,16 @@ class MultigridCallback(Callback):
 
 def _is_pretrained(pl_module: pl.LightningModule) -> bool:
     return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
+
+
+def _short_run(short_run: bool | ShortRun | None) -> ShortRun | None:
+    """The callback's ``short_run`` as the options hold it: ``True`` is the mode with its defaults."""
+    if short_run is None or isinstance(short_run, ShortRun):
+        return short_run
+    if short_run is True:
+        return ShortRun()
+    if short_run is False:
+        return None
+    raise ValueError(
+        f"`short_run` must be True, False or a ShortRun(coarse_share, max_lr_factor), got {short_run!r}."
+    )

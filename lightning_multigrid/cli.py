@@ -1,137 +1,24 @@
 """`lightning-multigrid`: the command line.
 
 ``fit``, ``validate`` and ``test`` are handed, untouched, to the LightningCLI in
-:mod:`lightning_multigrid.trainer_cli`. The rest are this module's: ``schedule`` previews a
-schedule, ``check-data`` decodes every video of a manifest, ``extract-frames`` writes frame
-folders, ``pack-frames`` a packed frame store, ``compare`` trains a config as the baseline and with
-multigrid, ``make-synthetic`` writes
-the demo dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
+:mod:`lightning_multigrid.trainer_cli`, and ``schedule`` (a schedule's preview) lives in
+:mod:`lightning_multigrid.schedule_command`. The rest are this module's: ``check-data`` decodes every
+video of a manifest, ``extract-frames`` writes frame folders, ``pack-frames`` a packed frame store,
+``compare`` trains a config as the baseline and with multigrid, ``make-synthetic`` writes the demo
+dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
 handler; settings errors print one line and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
-import os
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule import MultigridConfig, build_schedule, default_long_cycle_factors
+from lightning_multigrid._checks import check_output_file
+from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
 __all__ = ["main"]
-
-
-def _add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
-    base = parser.add_argument_group("baseline run")
-    base.add_argument("--batch-size", type=int, required=True, help="clips per device")
-    base.add_argument("--num-frames", type=int, required=True, help="frames per clip")
-    base.add_argument("--crop-size", type=int, required=True, help="crop in pixels (square)")
-    base.add_argument("--sampling-rate", type=int, default=1, help="frame stride (default 1)")
-    base.add_argument("--max-epochs", type=int, required=True, help="baseline epochs")
-    base.add_argument(
-        "--milestones", type=int, nargs="*", default=[], metavar="M",
-        help="epochs where the LR stages after the first start (stage 0 starts at 0)",
-    )
-    base.add_argument("--gamma", type=float, default=0.1, help="LR decay per stage (default 0.1)")
-    base.add_argument("--devices", type=int, default=1, help="number of devices (default 1)")
-    multigrid = parser.add_argument_group("multigrid")
-    multigrid.add_argument("--epoch-factor", type=float, default=1.5, help="multigrid epochs / baseline (1.5)")
-    multigrid.add_argument("--bn-base-size", type=int, default=8, help="clips per BatchNorm group (8)")
-    multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
-    multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
-    multigrid.add_argument(
-        "--long-cycle-factors", type=_factor_pair, nargs="+", metavar="T,S",
-        help="(t_factor, s_factor) of each long-cycle shape, coarsest first, e.g. 0.5,0.707 0.5,1 1,1 "
-        "(default: the paper's four; with --pretrained and a short --dataset-size run, the pretrained default)",
-    )
-    multigrid.add_argument(
-        "--full-grid-share", type=float, default=0.0,
-        help="share of the baseline's iterations guaranteed at the full grid (0: the paper's schedule)",
-    )
-    multigrid.add_argument(
-        "--scale-bn-base-size", action="store_true",
-        help="scale the BatchNorm base size with each grid's relative batch (same values per statistic)",
-    )
-    multigrid.add_argument(
-        "--short-run", action="store_true",
-        help="short-run mode: coarse grids at the base batch for part of the run, then the full grid",
-    )
-    multigrid.add_argument(
-        "--short-run-coarse-share", type=float, default=0.5, help="short-run mode: most epochs on coarse grids (0.5)"
-    )
-    multigrid.add_argument(
-        "--short-run-max-lr-factor", type=int, default=1,
-        help="short-run mode: largest batch growth (and LR factor) of a coarse grid (1)",
-    )
-    multigrid.add_argument(
-        "--pretrained", action=argparse.BooleanOptionalAction, default=None,
-        help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice "
-        "and, for a run of under 10,000 baseline steps (needs --dataset-size), the default long-cycle shapes",
-    )
-    output = parser.add_argument_group("output")
-    output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
-    output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
-    output.add_argument("--plot", metavar="FILE", help="also write a PNG figure of the schedule")
-
-
-def _factor_pair(text: str) -> tuple[float, float]:
-    """``T,S`` -> ``(t_factor, s_factor)`` (their range is checked with the other options)."""
-    try:
-        t_factor, s_factor = (float(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a T,S pair of factors: write each long-cycle shape as t_factor,s_factor, e.g. 0.5,1"
-        ) from None
-    return t_factor, s_factor
-
-
-def _run_schedule(args: argparse.Namespace) -> None:
-    from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
-
-    if args.plot:
-        _check_output_file("--plot", args.plot, figure=True)
-    config = MultigridConfig(
-        base=GridShape(args.batch_size, args.num_frames, args.crop_size),
-        sampling_rate=args.sampling_rate,
-        max_epochs=args.max_epochs,
-        milestones=tuple(args.milestones),
-        gamma=args.gamma,
-        devices=args.devices,
-        epoch_factor=args.epoch_factor,
-        bn_base_size=args.bn_base_size,
-        long_cycle=not args.no_long_cycle,
-        short_cycle=not args.no_short_cycle,
-        full_grid_share=args.full_grid_share,
-        scale_bn_base_size=args.scale_bn_base_size,
-        short_run=args.short_run,
-        short_run_coarse_share=args.short_run_coarse_share,
-        short_run_max_lr_factor=args.short_run_max_lr_factor,
-        **({} if args.long_cycle_factors is None else {"long_cycle_factors": tuple(args.long_cycle_factors)}),
-    )
-    if args.dataset_size is not None and args.dataset_size <= 0:
-        raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        schedule = build_schedule(config)
-        if args.long_cycle_factors is None and args.dataset_size is not None:
-            # As the callback: the default shapes depend on the start and the run's baseline steps.
-            factors = default_long_cycle_factors(args.pretrained, schedule.baseline_iterations(args.dataset_size))
-            if factors != config.long_cycle_factors:
-                caught.clear()
-                schedule = build_schedule(dataclasses.replace(config, long_cycle_factors=factors))
-    for warning in caught:
-        print(f"warning: {warning.message}", file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps(schedule_to_dict(schedule, args.dataset_size, args.pretrained), indent=1))
-    else:
-        print(format_table(schedule, args.dataset_size, pretrained=args.pretrained))
-    if args.plot:
-        plot_schedule(schedule, args.plot, args.dataset_size)
-        print(f"wrote {args.plot}", file=sys.stderr)
 
 
 def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,7 +62,7 @@ def _run_check_data(args: argparse.Namespace) -> None:
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
     _check_workers(args.workers)
     if args.write_metadata:
-        _check_output_file("--write-metadata", args.write_metadata)
+        check_output_file("--write-metadata", args.write_metadata)
     manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = check_videos(manifest, workers=args.workers, progress=not args.no_progress, layout=layout)
     print(format_report(report))
@@ -376,7 +263,7 @@ def _run_compare(args: argparse.Namespace) -> None:
     from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
 
     if args.plot is not None:
-        _check_output_file("--plot", args.plot, figure=True, creates_folder=True)
+        check_output_file("--plot", args.plot, figure=True, creates_folder=True)
     comparison = run_compare(
         args.config, max_epochs=args.max_epochs, limit_train_batches=args.limit_train_batches,
         run_dir=args.run_dir, report=lambda line: print(line, flush=True),
@@ -390,40 +277,14 @@ def _run_compare(args: argparse.Namespace) -> None:
         print(f"logs (metrics.csv, config.yaml): {', '.join(logs)}")
 
 
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
-
-
 def _check_workers(workers: int | None) -> None:
     if workers is not None and workers < 0:
         raise ValueError(f"`--workers` must be >= 0, got {workers!r}.")
 
 
-def _check_output_file(option: str, path: str, figure: bool = False, creates_folder: bool = False) -> None:
-    """Refuse, before any work, an output file that could not be written at the end.
-
-    ``creates_folder``: the writer makes missing folders, so the nearest existing one must be writable.
-    """
-    from pathlib import Path
-
-    file = Path(path)
-    if figure and file.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ValueError(
-            f"`{option}` {path}: cannot write a figure as {file.suffix or 'a file without extension'!r}; "
-            f"name it with one of {', '.join(FIGURE_SUFFIXES)}."
-        )
-    if file.is_dir():
-        raise ValueError(f"`{option}` {path} is a folder: pass a file name.")
-    parent = file.absolute().parent
-    folder = parent if not creates_folder else next(p for p in (parent, *parent.parents) if p.exists())
-    if not folder.is_dir():
-        raise ValueError(f"`{option}` {path}: its folder {file.parent} does not exist; create it or pass another path.")
-    if not os.access(folder, os.W_OK) or (file.exists() and not os.access(file, os.W_OK)):
-        raise ValueError(f"`{option}` {path} cannot be written (permission denied); pass another path.")
-
-
 # name -> (help, add arguments, run)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], None]]] = {
-    "schedule": ("preview the multigrid schedule of a baseline run", _add_schedule_arguments, _run_schedule),
+    "schedule": ("preview the multigrid schedule of a baseline run", add_schedule_arguments, run_schedule),
     "check-data": (
         "decode every video of a manifest and list the ones that fail",
         _add_check_data_arguments,

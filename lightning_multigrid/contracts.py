@@ -14,8 +14,10 @@ from lightning_multigrid.grid import ClipSampling, GridPlan, GridShape
 
 __all__ = [
     "GridDataModule",
+    "MilestonesModule",
     "PathwayDataModule",
     "PreciseBNDataModule",
+    "PreflightModule",
     "PretrainedModule",
     "SizedDataModule",
     "SkipCountingDataModule",
@@ -82,3 +84,30 @@ class PretrainedModule(Protocol):
 
     @property
     def pretrained(self) -> bool: ...
+
+
+@runtime_checkable
+class MilestonesModule(Protocol):
+    """A LightningModule that declares the baseline's LR milestones (``VideoClassifier`` does).
+
+    Epochs (0-based) where its LR stages after the first start, or ``None`` when it has none to
+    declare. The callback takes them when ``MultigridCallback(milestones=...)`` names none, before
+    looking for a ``MultiStepLR``/``StepLR`` among the module's schedulers.
+    """
+
+    @property
+    def lr_milestones(self) -> Sequence[int] | None: ...
+
+
+@runtime_checkable
+class PreflightModule(Protocol):
+    """A LightningModule that checks itself on every grid before training (``VideoClassifier`` does).
+
+    ``preflight(grids)`` runs the model once per grid (the schedule's distinct grids, in order of
+    first use) and raises on a grid it cannot take; the module knows its own input format (a
+    two-pathway model its ``[slow, fast]`` split). Without it, the callback runs
+    :func:`lightning_multigrid.models.preflight` on the module's ``forward``.
+    """
+
+    def preflight(self, grids: Sequence[GridShape]) -> None: ...
+

@@ -15,7 +15,7 @@ import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_multigrid.norm import apply_bn_plan
-from lightning_multigrid.schedule import BNPlan
+from lightning_multigrid.stages import BNPlan
 
 __all__ = ["update_bn_stats"]
 

@@ -183,7 +183,7 @@ def schedule_to_dict(
                 "crop_size": stage.shape.crop_size,
                 "lr_factor": stage.lr_factor,
                 "relative_lr": schedule.relative_lr_at(epoch),
-                "bn": stage.bn.to_dict() if schedule.config.long_cycle else {"mode": "model"},
+                "bn": stage.bn.to_dict() if schedule.config.options.long_cycle else {"mode": "model"},
                 "sampling_rate": list(stage.sampling_rate),
                 "short_cycle": [{"batch_size": g.batch_size, "crop_size": g.crop_size} for g in stage.short_cycle],
             }
@@ -228,7 +228,7 @@ def format_table(
         shape = stage.shape
         short = " ".join(f"{g.batch_size}@{g.crop_size}" for g in stage.short_cycle) or "-"
         bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
-        if not (schedule.config.long_cycle and convert_batchnorm):
+        if not (schedule.config.options.long_cycle and convert_batchnorm):
             bn = dict.fromkeys(bn, "model's own")  # training leaves the model's BatchNorm as it is
         low, high = stage.sampling_rate
         rows.append(
@@ -245,7 +245,7 @@ def format_table(
     lines = table_lines(rows)
     config = schedule.config
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
-    if config.short_run:
+    if config.options.short_run is not None:
         summary += " (short-run mode)"
     if dataset_size is not None:
         baseline = schedule.baseline_iterations(dataset_size)

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lightning_multigrid._internals import finish_epoch_saved_at_its_last_batch, iterations_done_in_epoch
+from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
-from lightning_multigrid.schedule import MultigridConfig
 
 if TYPE_CHECKING:
     import pytorch_lightning as pl

@@ -26,7 +26,8 @@ from lightning_multigrid._internals import is_logging_step, logger_step
 from lightning_multigrid.contracts import SkipCountingDataModule
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.meter import DataWaitMeter
-from lightning_multigrid.schedule import MultigridSchedule, Stage
+from lightning_multigrid.schedule import MultigridSchedule
+from lightning_multigrid.stages import Stage
 
 __all__ = ["StepLog"]
 

@@ -17,6 +17,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, MultiStepLR, OneCycleLR, ReduceLROnPlateau
 
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.config import ShortRun
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.norm import MultigridBatchNorm
@@ -132,7 +133,7 @@ CYCLES = {
     "short only": {"long_cycle": False},
     # floor(0.5 * 4) = 2 coarse epochs split 1 : 2 : 4 -> 0, 1, 1: 4 x 23 px, 4 x 32 px, then 8 x 32 px,
     # the coarse ones at batch 1 * min(r, 2) = 2 with LR factor 2.
-    "short run": {"short_run": True, "short_run_max_lr_factor": 2},
+    "short run": {"short_run": ShortRun(max_lr_factor=2)},
 }
 
 

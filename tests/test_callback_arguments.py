@@ -3,6 +3,7 @@ which optional capability it lacks (on a real Trainer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, ShortRun
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
@@ -26,7 +28,7 @@ from test_callback import RecordingNet
         ({"long_cycle": "yes"}, "`long_cycle` must be True or False"),
         ({"short_cycle": None}, "`short_cycle` must be True or False"),
         ({"manage_lr": 0}, "`manage_lr` must be True or False"),
-        ({"short_run": "true"}, "`short_run` must be True or False"),
+        ({"short_run": "true"}, r"`short_run` must be True, False or a ShortRun\(coarse_share, max_lr_factor\)"),
         ({"epoch_factor": -1}, "`epoch_factor` must be a positive number, got -1"),
         ({"epoch_factor": float("inf")}, "`epoch_factor` must be a positive number"),
         ({"milestones": [5, 3]}, r"`milestones` must be strictly increasing and > 0, got \[5, 3\]"),
@@ -41,14 +43,23 @@ from test_callback import RecordingNet
         ({"short_cycle_factors": (0.5,)}, r"`short_cycle_factors` must be two factors in \(0, 1\]"),
         ({"short_cycle_factors": (0.5, 0)}, "`short_cycle_factors`"),
         ({"full_grid_share": 1.5}, r"`full_grid_share` must be a number in \[0, 1\], got 1.5"),
-        ({"short_run_coarse_share": 1.0}, r"`short_run_coarse_share` must be a number in \[0, 1\)"),
-        ({"short_run_max_lr_factor": 0}, "`short_run_max_lr_factor` must be a positive integer"),
         ({"short_run": True, "full_grid_share": 0.25}, "`short_run=True` and `full_grid_share`=0.25"),
+        ({"short_run": ShortRun(), "full_grid_share": 0.25}, "`short_run=True` and `full_grid_share`=0.25"),
     ],
 )
 def test_every_argument_is_checked_at_construction(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         MultigridCallback(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "short_run, expected",
+    [(False, None), (True, DEFAULT_SHORT_RUN), (ShortRun(coarse_share=0.25, max_lr_factor=2), ShortRun(0.25, 2))],
+)
+def test_short_run_is_one_value_in_the_options(short_run: bool | ShortRun, expected: ShortRun | None) -> None:
+    callback = MultigridCallback(short_run=short_run)
+    assert callback.options.short_run == expected
+    assert callback.options == dataclasses.replace(DEFAULTS, short_run=expected)
 
 
 def test_the_issue_example_raises_at_construction() -> None:

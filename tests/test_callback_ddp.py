@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.data.synthetic import SyntheticDataset
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import build_schedule
 
 from conftest import run_ddp_script
 
@@ -35,7 +37,7 @@ SCHEDULE = build_schedule(
         max_epochs=4,
         milestones=(2,),
         devices=DEVICES,
-        bn_base_size=2,
+        options=MultigridOptions(bn_base_size=2),
     )
 )
 

@@ -13,6 +13,7 @@ epochs: a long-cycle shape change), and ``fast_dev_run 2`` (two training and val
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import warnings
@@ -22,10 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
+from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.cli import main
+from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridConfig, ShortRun
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models import BACKBONES, TWO_PATHWAY_BACKBONES
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.schedule import build_schedule
+from lightning_multigrid.trainer_cli import build_cli
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
@@ -133,11 +138,8 @@ def test_config_describes_a_consistent_run(config: Path) -> None:
                 sampling_rate=data.get("sampling_rate", 4),
                 gamma=model.get("gamma", 0.1),
                 devices=int(trainer.get("devices", 1)) * int(trainer.get("num_nodes", 1)),
-                long_cycle=multigrid.get("long_cycle", True),
-                short_cycle=multigrid.get("short_cycle", True),
-                epoch_factor=multigrid.get("epoch_factor", 1.5),
-                bn_base_size=multigrid.get("bn_base_size", 8),
                 jitter_scales=None if jitter is None else tuple(jitter),
+                options=MultigridCallback(**multigrid).options,  # the options as the callback builds them
             )
         )
     if config.name == "kinetics400_slowfast_r50.yaml":
@@ -261,3 +263,52 @@ def test_fit_help_lists_the_multigrid_options(
         assert option in text, option
         assert help_text in text, help_text
     assert "--model" in text and "--data" in text
+
+
+def _callback_of(args: list[str]) -> MultigridCallback:
+    """The multigrid callback the real CLI parser builds from ``fit`` arguments (nothing trains)."""
+    cli = build_cli(args[1:], save_config_callback=None)  # without the `fit` sub-command
+    try:
+        return next(c for c in cli.trainer.callbacks if isinstance(c, MultigridCallback))
+    finally:
+        cli.datamodule.teardown("fit")
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("false", None),
+        ("true", DEFAULT_SHORT_RUN),
+        ("{coarse_share: 0.25, max_lr_factor: 2}", ShortRun(coarse_share=0.25, max_lr_factor=2)),
+    ],
+)
+def test_multigrid_options_from_the_command_line(
+    value: str, expected: ShortRun | None, synthetic_dataset: SyntheticDataset, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["lightning-multigrid"])
+    args = _dry_run_args(CONFIG_DIR / "demo.yaml", synthetic_dataset, tmp_path)
+    callback = _callback_of([*args, "--multigrid.short_run", value, "--multigrid.epoch_factor", "1.25"])
+    assert callback.options == dataclasses.replace(DEFAULTS, epoch_factor=1.25, short_run=expected)
+
+
+def test_short_run_from_a_yaml_config(synthetic_dataset: SyntheticDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["lightning-multigrid"])
+    extra = tmp_path / "short_run.yaml"
+    extra.write_text("multigrid:\n  short_run:\n    coarse_share: 0.3\n", encoding="utf-8")
+    args = _dry_run_args(CONFIG_DIR / "demo.yaml", synthetic_dataset, tmp_path)
+    callback = _callback_of([*args, "--config", str(extra)])
+    assert callback.options.short_run == ShortRun(coarse_share=0.3)  # the other setting keeps its default
+
+
+def test_a_bad_short_run_setting_is_refused_by_the_cli(
+    synthetic_dataset: SyntheticDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = _dry_run_args(CONFIG_DIR / "demo.yaml", synthetic_dataset, tmp_path)
+    # jsonargparse checks the value's fields on parsing and builds the ShortRun, which checks itself,
+    # when it builds the callback: before anything is fitted.
+    with pytest.raises(ValueError, match=r"`short_run.coarse_share` must be a number in \[0, 1\), got 1.5"):
+        _run([*args, "--multigrid.short_run", "{coarse_share: 1.5}"], monkeypatch, capsys)
+

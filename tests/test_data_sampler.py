@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed
-from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridSchedule, build_schedule
 
 MODES: dict[str, dict[str, Any]] = {
     "long+short": dict(long_cycle=True, short_cycle=True),
@@ -42,7 +43,7 @@ def make_schedule(mode: str = "long+short", devices: int = 1) -> MultigridSchedu
         max_epochs=12,
         milestones=(8,),
         devices=devices,
-        **MODES[mode],
+        options=MultigridOptions(**MODES[mode]),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

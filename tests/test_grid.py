@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import (
     ClipSampling,
     EvalViews,
@@ -14,7 +15,7 @@ from lightning_multigrid.grid import (
     count_batches,
     default_jitter_scales,
 )
-from lightning_multigrid.schedule import MultigridConfig, build_schedule
+from lightning_multigrid.schedule import build_schedule
 
 
 @pytest.mark.parametrize(
@@ -97,7 +98,7 @@ def test_the_schedule_is_a_grid_plan():
     assert schedule.sampling_rate_range_at(0) == (2.0, 8.0)  # 8 of 32 frames: stride 2 to 2 * 32 / 8
     assert schedule.epoch_spans()[0] == (0, schedule.stages[0].end_epoch)
     # Without a short cycle, the grid of every iteration is the stage's shape.
-    no_short = build_schedule(MultigridConfig(base=GridShape(8, 32, 224), max_epochs=239, short_cycle=False))
+    no_short = build_schedule(MultigridConfig(base=GridShape(8, 32, 224), max_epochs=239, options=MultigridOptions(short_cycle=False)))
     assert no_short.grid_at(0, 5) == no_short.stage_at(0).shape
     assert no_short.cycle_at(0) == (no_short.stage_at(0).shape,)
 

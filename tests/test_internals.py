@@ -14,6 +14,7 @@ from torch.optim.lr_scheduler import LinearLR, MultiStepLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_multigrid._internals import (
+    build_train_loader,
     drop_train_loader,
     finish_epoch_saved_at_its_last_batch,
     is_logging_step,
@@ -63,6 +64,27 @@ def test_drop_train_loader_makes_the_fit_loop_build_it_again(tmp_path):
     drop_train_loader(trainer)
     trainer.fit_loop.setup_data()  # ...until it is dropped
     assert model.loaders_built == 2
+
+
+class _LengthAtFitStart(pl.Callback):
+    """Builds the train loader in ``on_fit_start`` (before the fit loop would) and reads its length."""
+
+    def on_fit_start(self, trainer, pl_module):
+        self.before = trainer.num_training_batches
+        build_train_loader(trainer)
+        self.length = trainer.num_training_batches
+        build_train_loader(trainer)  # a second call keeps the loader it built
+        self.built = pl_module.loaders_built
+
+
+def test_build_train_loader_gives_the_length_before_the_first_epoch(tmp_path):
+    model = _Linear()
+    seen = _LengthAtFitStart()
+    trainer = _trainer(tmp_path, limit_train_batches=3, callbacks=[seen])
+    trainer.fit(model)
+    # Not known before; 3 of the 4 batches (8 samples of 2) with `limit_train_batches`.
+    assert seen.before == float("inf") and seen.length == 3
+    assert seen.built == 1 and model.loaders_built == 1  # the fit loop kept the loader built at fit start
 
 
 def test_layer_sync_of_sees_sync_batchnorm():

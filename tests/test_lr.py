@@ -9,8 +9,10 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
+from lightning_multigrid.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.grid import GridShape
 from lightning_multigrid.lr import BaselineLR, MultigridLR, Warmup, baseline_epochs_worked, find_warmup
-from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.schedule import build_schedule
 
 
 def _optimizer(lr: float = 0.1) -> torch.optim.Optimizer:
@@ -87,7 +89,7 @@ def test_multigrid_lr_scales_each_step_and_gives_the_lr_back():
     # baseline stage 0 and 27-30 at stage 1. Epochs 0-24 cover baseline 0-8.89 (10/27 per epoch),
     # 24-27 baseline 8.89-10, 27-30 baseline 10-20.
     schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), options=MultigridOptions(short_cycle=False))
     )
     weight = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)
@@ -153,13 +155,13 @@ def test_find_warmup_none(make):
 def test_baseline_epochs_worked_counts_optimizer_steps():
     # Long cycle only: 13 epochs at r = 8 (1/8 of a baseline epoch's steps each), then r = 4 (1/4).
     schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), options=MultigridOptions(short_cycle=False))
     )
     assert [(s.start_epoch, s.lr_factor) for s in schedule.stages[:2]] == [(0, 8), (13, 4)]
     assert baseline_epochs_worked(schedule, 4.0) == pytest.approx(4 / 8)
     assert baseline_epochs_worked(schedule, 14.5) == pytest.approx(13 / 8 + 1.5 / 4)
     # Short cycle only: batches 4b, 2b, b -> 3 iterations per 7 base batches.
-    short = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, long_cycle=False))
+    short = build_schedule(MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, options=MultigridOptions(long_cycle=False)))
     assert baseline_epochs_worked(short, 7.0) == pytest.approx(3.0)
 
 
@@ -167,7 +169,7 @@ def test_warmup_follows_the_reference_over_the_baseline_steps():
     """PySlowFast's warm-up (lr_policy.get_lr_at_epoch), ``start + progress * (end - start)`` with
     ``end`` the scaled LR where it ends, counted in the baseline warm-up's optimizer steps."""
     schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), options=MultigridOptions(short_cycle=False))
     )
     weight = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)
@@ -193,7 +195,7 @@ def test_warmup_for_pretrained_weights_covers_its_share_of_the_baseline_timeline
     # The same schedule and warm-up: 2 of the first stage's 10 baseline epochs are its first 2/10
     # of multigrid epochs 0-27, 5.4 epochs at r = 8 (held in steps: 14.5 epochs, docs/accuracy.md).
     schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(10,), options=MultigridOptions(short_cycle=False))
     )
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
     lr = MultigridLR(schedule, warmup_in_steps=False)
@@ -211,7 +213,7 @@ def test_warmup_ends_with_the_first_lr_stage():
     # A warm-up of 4 baseline epochs at r = 8 would need 32 multigrid epochs of steps; the first LR
     # stage (its milestone at baseline epoch 5) ends first, and the user's decay is kept.
     schedule = build_schedule(
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(5,), short_cycle=False)
+        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=20, milestones=(5,), options=MultigridOptions(short_cycle=False))
     )
     optimizer = _optimizer()
     scheduler = SequentialLR(optimizer, [LinearLR(optimizer, 0.1, total_iters=4), MultiStepLR(optimizer, [1])], [4])

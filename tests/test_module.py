@@ -13,7 +13,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from lightning_multigrid.models import BACKBONES, TinyVideoNet
-from lightning_multigrid.module import VideoClassifier, aggregate_views
+from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.multiview import aggregate_views
 
 
 def trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:

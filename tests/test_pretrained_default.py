@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_multigrid import schedule as schedule_module
+from lightning_multigrid import config as config_module
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.schedule import (
+from lightning_multigrid.config import (
     DEFAULT_LONG_CYCLE_FACTORS,
     PRETRAINED_LONG_CYCLE_FACTORS,
     SHORT_RUN_BASELINE_STEPS,
@@ -57,10 +57,10 @@ class PretrainedNet(RecordingNet):
 def test_callback_picks_the_default_by_start_and_length(
     synthetic_dataset, train_manifest, monkeypatch, pretrained, given, expected  # noqa: F811
 ):
-    monkeypatch.setattr(schedule_module, "PRETRAINED_LONG_CYCLE_FACTORS", WITHOUT_COARSEST)
+    monkeypatch.setattr(config_module, "PRETRAINED_LONG_CYCLE_FACTORS", WITHOUT_COARSEST)
     callback = MultigridCallback(
         bn_base_size=2, precise_bn_batches=0, milestones=MILESTONES, preflight=False, long_cycle_factors=given
     )
     fit(PretrainedNet(pretrained), make_datamodule(synthetic_dataset, train_manifest), callback, limit_val_batches=0)
     assert callback.schedule is not None
-    assert callback.schedule.config.long_cycle_factors == expected
+    assert callback.schedule.config.options.long_cycle_factors == expected

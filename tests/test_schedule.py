@@ -10,15 +10,13 @@ import warnings
 
 import pytest
 
-from lightning_multigrid.schedule import (
-    BNPlan,
-    GridShape,
-    MultigridConfig,
-    ShortScheduleWarning,
-    build_schedule,
-    grid_counts,
-    plan_batchnorm,
-)
+from lightning_multigrid.allocation import ShortScheduleWarning
+from lightning_multigrid.config import MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import build_schedule, grid_counts
+from lightning_multigrid.stages import BNPlan, plan_batchnorm
+
+OPTION_NAMES = {f.name for f in dataclasses.fields(MultigridOptions)}
 
 # The Kinetics SlowFast 8x8 R50 configuration of the reference implementation.
 KINETICS = dict(
@@ -73,7 +71,7 @@ def test_short_cycle_order_and_batches():
 
 
 def test_short_cycle_only_matches_reference():
-    schedule = build_schedule(MultigridConfig(**KINETICS, long_cycle=False))
+    schedule = build_schedule(MultigridConfig(**KINETICS, options=MultigridOptions(long_cycle=False)))
     # Milestones x 1.5: 141, 231, 294; 239 x 1.5 = 358.5 -> 358.
     assert _ends(schedule) == [141, 231, 294, 358]
     assert {s.shape for s in schedule.stages} == {GridShape(8, 32, 224)}
@@ -83,14 +81,18 @@ def test_short_cycle_only_matches_reference():
 def test_short_cycle_only_truncates_as_the_reference():
     # PySlowFast's init_multigrid: STEPS = [int(s * EPOCH_FACTOR)], MAX_EPOCH = int(MAX_EPOCH * EPOCH_FACTOR):
     # 45 x 1.5 = 67.5 -> 67, 75 x 1.5 = 112.5 -> 112, 95 x 1.5 = 142.5 -> 142 (rounding gave 68, 112, 142).
-    config = MultigridConfig(base=GridShape(8, 32, 224), sampling_rate=2, milestones=(45, 75), max_epochs=95, long_cycle=False)
+    config = MultigridConfig(
+        base=GridShape(8, 32, 224), sampling_rate=2, milestones=(45, 75), max_epochs=95,
+        options=MultigridOptions(long_cycle=False),
+    )
     assert _ends(build_schedule(config)) == [67, 112, 142]
     # A factor that is not a half: 45 x 1.3 = 58.5 -> 58, 75 x 1.3 = 97.5 -> 97, 95 x 1.3 = 123.5 -> 123.
-    assert _ends(build_schedule(dataclasses.replace(config, epoch_factor=1.3))) == [58, 97, 123]
+    options = MultigridOptions(long_cycle=False, epoch_factor=1.3)
+    assert _ends(build_schedule(dataclasses.replace(config, options=options))) == [58, 97, 123]
 
 
 def test_long_cycle_only_runs_and_fine_tunes_on_base_shape():
-    schedule = build_schedule(MultigridConfig(**KINETICS, short_cycle=False))
+    schedule = build_schedule(MultigridConfig(**KINETICS, options=MultigridOptions(short_cycle=False)))
     assert schedule.max_epochs == 358
     assert all(s.short_cycle == () for s in schedule.stages)
     assert schedule.stages[-1].shape == GridShape(8, 32, 224)
@@ -101,7 +103,7 @@ def test_long_cycle_only_runs_and_fine_tunes_on_base_shape():
 
 
 def test_no_cycles_is_the_baseline():
-    schedule = build_schedule(MultigridConfig(**KINETICS, long_cycle=False, short_cycle=False))
+    schedule = build_schedule(MultigridConfig(**KINETICS, options=MultigridOptions(long_cycle=False, short_cycle=False)))
     assert _ends(schedule) == [94, 154, 196, 239]
     assert schedule.baseline_iterations(240_000) == schedule.total_iterations(240_000) == 239 * 3750
 
@@ -117,8 +119,7 @@ def test_invariants(long_cycle, short_cycle, max_epochs, milestones):
         base=GridShape(4, 16, 112),
         max_epochs=max_epochs,
         milestones=milestones,
-        long_cycle=long_cycle,
-        short_cycle=short_cycle,
+        options=MultigridOptions(long_cycle=long_cycle, short_cycle=short_cycle),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortScheduleWarning)
@@ -162,7 +163,8 @@ def test_too_short_schedule_warns_and_drops_shapes():
 
 
 def test_fewer_epochs_than_lr_stages_is_an_error():
-    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=4, milestones=(1, 2, 3), epoch_factor=0.5)
+    options = MultigridOptions(epoch_factor=0.5)
+    config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=4, milestones=(1, 2, 3), options=options)
     with pytest.raises(ValueError, match="fewer than its 4 LR stages"), warnings.catch_warnings():
         warnings.simplefilter("ignore", ShortScheduleWarning)
         build_schedule(config)
@@ -265,8 +267,10 @@ def test_distinct_grids():
     ],
 )
 def test_bad_settings(overrides, match):
+    options = {name: value for name, value in overrides.items() if name in OPTION_NAMES}
+    baseline = {name: value for name, value in overrides.items() if name not in OPTION_NAMES}
     with pytest.raises((ValueError, TypeError), match=match):
-        MultigridConfig(**{**KINETICS, **overrides})
+        MultigridConfig(**{**KINETICS, **baseline}, options=MultigridOptions(**options))
 
 
 def test_stage_at_rejects_negative_epoch_and_clamps_past_end():
@@ -325,8 +329,7 @@ def test_grid_counts_per_device_with_padding():
         base=GridShape(8, 8, 32),
         max_epochs=4,
         devices=2,
-        long_cycle=False,
-        short_cycle=False,
+        options=MultigridOptions(long_cycle=False, short_cycle=False),
     ))
     (count,) = grid_counts(schedule, 101)
     assert (count.grid, count.iterations, count.clips) == (GridShape(8, 8, 32), 4 * 7, 4 * 51)
@@ -338,7 +341,7 @@ def test_grid_counts_rejects_empty_dataset():
 
 
 def test_full_grid_share_small_schedule():
-    schedule = build_schedule(MultigridConfig(**SMALL, full_grid_share=0.25))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(full_grid_share=0.25)))
     # Fine-tuning: ceil(0.25 * 16) = 4 epochs (the paper's has 2), short cycle off, split at
     # (23 + 27) // 2 = 25 between LR stages 1 and 2. The stages before keep the paper's 22.x
     # exact epochs, rounded: 8, 13, 16, 18 | 20, 21, 22, 23.
@@ -357,12 +360,12 @@ def test_full_grid_share_small_schedule():
 
 def test_full_grid_share_zero_is_the_paper_schedule():
     paper = build_schedule(MultigridConfig(**KINETICS))
-    explicit = build_schedule(MultigridConfig(**KINETICS, full_grid_share=0.0))
+    explicit = build_schedule(MultigridConfig(**KINETICS, options=MultigridOptions(full_grid_share=0.0)))
     assert explicit.stages == paper.stages and paper.max_epochs == 358
 
 
 def test_full_grid_share_kinetics():
-    schedule = build_schedule(MultigridConfig(**KINETICS, full_grid_share=0.1))
+    schedule = build_schedule(MultigridConfig(**KINETICS, options=MultigridOptions(full_grid_share=0.1)))
     # ceil(0.1 * 239) = 24 fine-tuning epochs (the paper's: 329-358, 29) -> the paper's 29 stay,
     # short cycle off: 29 x 3750 = 108750 full-grid iterations in fine-tuning.
     fine_tuning = [s for s in schedule.stages if s.fine_tuning]
@@ -371,7 +374,7 @@ def test_full_grid_share_kinetics():
 
 
 def test_full_grid_share_without_milestones_adds_fine_tuning():
-    config = MultigridConfig(base=GridShape(8, 8, 32), max_epochs=10, full_grid_share=0.5)
+    config = MultigridConfig(base=GridShape(8, 8, 32), max_epochs=10, options=MultigridOptions(full_grid_share=0.5))
     schedule = build_schedule(config)
     # One long cycle over the paper's 15 epochs (1.5 x 10), then ceil(0.5 * 10) = 5 epochs at the
     # base shape, in the same (only) LR stage.
@@ -384,12 +387,12 @@ def test_full_grid_share_without_milestones_adds_fine_tuning():
 @pytest.mark.parametrize("share", [-0.1, 1.5, "0.2", True])
 def test_full_grid_share_bad_values(share):
     with pytest.raises(ValueError, match="`full_grid_share` must be a number in \\[0, 1\\]"):
-        MultigridConfig(**SMALL, full_grid_share=share)
+        MultigridConfig(**SMALL, options=MultigridOptions(full_grid_share=share))
 
 
 def test_scale_bn_base_size_one_device():
     paper = build_schedule(MultigridConfig(**SMALL))
-    scaled = build_schedule(MultigridConfig(**SMALL, scale_bn_base_size=True))
+    scaled = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(scale_bn_base_size=True)))
     # Paper: groups of 8 clips: 64/8, 32/8, 16/8 splits. Scaled: 8 x r = 64, 32, 16, 8 clips, the
     # whole batch of every long-cycle shape, so plain BatchNorm throughout.
     assert [s.bn for s in paper.stages[:4]] == [BNPlan("split", 8), BNPlan("split", 4), BNPlan("split", 2), BNPlan()]
@@ -400,7 +403,7 @@ def test_scale_bn_base_size_one_device():
 def test_scale_bn_base_size_syncs_across_ranks():
     config = dict(base=GridShape(2, 8, 32), devices=8, max_epochs=16, milestones=(12, 14))
     paper = build_schedule(MultigridConfig(**config))
-    scaled = build_schedule(MultigridConfig(**config, scale_bn_base_size=True))
+    scaled = build_schedule(MultigridConfig(**config, options=MultigridOptions(scale_bn_base_size=True)))
     # Coarsest: 2 x 8 = 16 clips per device. Paper: 16 / 8 = 2 splits. Scaled: base size
     # 8 x 8 = 64 clips = 64 / 16 = 4 ranks, as the base shape's 8 / 2 = 4 ranks.
     assert (paper.stages[0].shape.batch_size, paper.stages[0].bn) == (16, BNPlan("split", 2))
@@ -413,7 +416,7 @@ def test_scale_bn_base_size_syncs_across_ranks():
 def test_switches_accept_only_real_booleans(name, value):
     """`scale_bn_base_size` accepted -1, 2 and "false", and each turned the scaling on."""
     with pytest.raises(ValueError, match=f"`{name}` must be True or False, got {value!r}"):
-        MultigridConfig(base=GridShape(8, 16, 112), max_epochs=10, **{name: value})
+        MultigridOptions(**{name: value})
 
 
 # --------------------------------------------------------------------------- short-run mode
@@ -424,7 +427,7 @@ def _stages(schedule):
 
 
 def test_short_run_small_schedule():
-    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(short_run=ShortRun())))
     # Coarse grids of the default long cycle, with Equation 1's r: 2 x 23 px r = round(8*32^2 / (2*23^2))
     # = round(7.74) = 8; 4 x 23 px r = round(3.87) = 4; 4 x 32 px r = 2. floor(0.5 * 16) = 8 coarse
     # epochs split in proportion to 1/8 : 1/4 : 1/2 (= 1 : 2 : 4): cumulative ends round(8/7) = 1,
@@ -450,7 +453,7 @@ def test_short_run_small_schedule():
 
 
 def test_short_run_capped_lr_factor():
-    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_max_lr_factor=2))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(short_run=ShortRun(max_lr_factor=2))))
     # Every coarse grid has r >= 2, so each gets batch 8 * min(r, 2) = 16 and LR factor 2, with
     # BatchNorm split in two groups of 8; 960 / 16 = 60 steps per coarse epoch: 8 x 60 + 8 x 120 = 1440.
     coarse = [s for s in schedule.stages if s.shape.num_frames < 8]
@@ -459,7 +462,7 @@ def test_short_run_capped_lr_factor():
 
 
 def test_short_run_kinetics_splits_coarse_grids_at_milestones():
-    config = MultigridConfig(**KINETICS, short_run=True, short_run_coarse_share=0.5)
+    config = MultigridConfig(**KINETICS, options=MultigridOptions(short_run=ShortRun(coarse_share=0.5)))
     schedule = build_schedule(config)
     # floor(0.5 * 239) = 119 coarse epochs in ratio 1 : 2 : 4 (r = 8, 4, 2): ends round(119/7) = 17,
     # round(357/7) = 51, 119. The 16 x 224 grid crosses milestone 94: two stages, LR stages 0 and 1.
@@ -471,44 +474,79 @@ def test_short_run_kinetics_splits_coarse_grids_at_milestones():
 
 
 def test_short_run_drops_a_grid_that_rounds_to_no_epoch():
-    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.25))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(short_run=ShortRun(coarse_share=0.25))))
     # floor(0.25 * 16) = 4 coarse epochs: ends round(4/7) = 1, round(12/7) = 2, 4 -> 1, 1, 2.
     assert [s.end_epoch for s in schedule.stages][:3] == [1, 2, 4]
-    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.125))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(short_run=ShortRun(coarse_share=0.125))))
     # 2 coarse epochs: ends round(2/7) = 0, round(6/7) = 1, 2: the coarsest grid is left out.
     assert [(s.end_epoch, s.shape.num_frames, s.shape.crop_size) for s in schedule.stages][:2] == [(1, 4, 23), (2, 4, 32)]
 
 
 def test_short_run_zero_share_is_the_baseline():
-    schedule = build_schedule(MultigridConfig(**SMALL, short_run=True, short_run_coarse_share=0.0))
+    schedule = build_schedule(MultigridConfig(**SMALL, options=MultigridOptions(short_run=ShortRun(coarse_share=0.0))))
     assert {s.shape for s in schedule.stages} == {GridShape(8, 8, 32)}
     assert _ends(schedule) == [12, 14, 16]
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    "short_run, message",
     [
-        ({"short_run_coarse_share": 1.0}, r"`short_run_coarse_share` must be a number in \[0, 1\), got 1.0"),
-        ({"short_run_coarse_share": -0.1}, r"`short_run_coarse_share` must be a number in \[0, 1\), got -0.1"),
-        ({"short_run_coarse_share": True}, r"`short_run_coarse_share` must be a number in \[0, 1\), got True"),
-        ({"short_run_max_lr_factor": 0}, "`short_run_max_lr_factor`"),
-        ({"short_run": True, "full_grid_share": 0.25}, r"`short_run=True` and `full_grid_share`=0.25.*Set `full_grid_share=0`"),
+        (dict(coarse_share=1.0), r"`short_run.coarse_share` must be a number in \[0, 1\), got 1.0"),
+        (dict(coarse_share=-0.1), r"`short_run.coarse_share` must be a number in \[0, 1\), got -0.1"),
+        (dict(coarse_share=True), r"`short_run.coarse_share` must be a number in \[0, 1\), got True"),
+        (dict(max_lr_factor=0), "`short_run.max_lr_factor` must be a positive integer, got 0"),
     ],
 )
-def test_short_run_bad_settings(options, message):
+def test_short_run_bad_settings(short_run, message):
     with pytest.raises(ValueError, match=message):
-        MultigridConfig(**SMALL, **options)
+        ShortRun(**short_run)
+
+
+def test_short_run_and_full_grid_share_conflict():
+    with pytest.raises(ValueError, match=r"`short_run=True` and `full_grid_share`=0.25.*Set `full_grid_share=0`"):
+        MultigridOptions(short_run=ShortRun(), full_grid_share=0.25)
 
 
 def test_config_to_dict_and_back():
-    config = MultigridConfig(**{**KINETICS, "jitter_scales": (256, 320), "short_cycle": False})
+    options = MultigridOptions(short_cycle=False, short_run=ShortRun(coarse_share=0.25, max_lr_factor=2))
+    config = MultigridConfig(**KINETICS, jitter_scales=(256, 320), options=options)
     values = config.to_dict()
     assert values["base"] == {"batch_size": 8, "num_frames": 32, "crop_size": 224}
+    assert values["options"]["short_run"] == {"coarse_share": 0.25, "max_lr_factor": 2}
     assert "_clip_sampling" not in values
     # As a checkpoint stores it: lists where the config holds tuples.
     listed = {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-    listed["long_cycle_factors"] = [list(f) for f in config.long_cycle_factors]
+    listed["options"] = {**values["options"], "long_cycle_factors": [list(f) for f in options.long_cycle_factors],
+                         "short_cycle_factors": list(options.short_cycle_factors)}
     assert MultigridConfig.from_dict(listed) == config
+
+
+def test_config_from_a_checkpoint_with_flat_options():
+    # What a checkpoint held before the options were one value (written by that version's to_dict).
+    flat = {
+        "base": {"batch_size": 8, "num_frames": 8, "crop_size": 32}, "max_epochs": 16, "milestones": (12, 14),
+        "sampling_rate": 2, "gamma": 0.1, "devices": 1, "long_cycle": True, "short_cycle": True, "epoch_factor": 1.5,
+        "long_cycle_factors": ((0.5, 0.7071067811865476), (1.0, 1.0)), "short_cycle_factors": (0.5, 0.7071067811865476),
+        "bn_base_size": 4, "jitter_scales": None, "full_grid_share": 0.0, "scale_bn_base_size": True,
+        "short_run": True, "short_run_coarse_share": 0.25, "short_run_max_lr_factor": 2,
+    }
+    options = MultigridOptions(
+        long_cycle_factors=((0.5, 0.5**0.5), (1.0, 1.0)), bn_base_size=4, scale_bn_base_size=True,
+        short_run=ShortRun(coarse_share=0.25, max_lr_factor=2),
+    )
+    assert MultigridConfig.from_dict(flat) == MultigridConfig(**SMALL, options=options)
+    # The short-run mode off: its two settings are dropped with it; an option still older
+    # checkpoints lack takes its default.
+    off = {k: v for k, v in flat.items() if k not in ("scale_bn_base_size", "full_grid_share")} | {"short_run": False}
+    expected = dataclasses.replace(options, short_run=None, scale_bn_base_size=False)
+    assert MultigridConfig.from_dict(off) == MultigridConfig(**SMALL, options=expected)
+
+
+def test_config_from_a_checkpoint_with_an_unknown_option():
+    values = MultigridConfig(**SMALL).to_dict()
+    values["options"]["short_run_share"] = 0.5  # a misspelt key is refused, not dropped
+    with pytest.raises(TypeError, match="short_run_share"):
+        MultigridConfig.from_dict(values)
 
 
 def test_config_from_an_old_checkpoint():

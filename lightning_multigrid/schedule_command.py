@@ -1,0 +1,157 @@
+"""`lightning-multigrid schedule`: preview the multigrid schedule of a baseline run.
+
+Its arguments (the baseline run, the multigrid options with the defaults of
+:data:`~lightning_multigrid.config.DEFAULTS`, the output) and its handler, registered in
+:mod:`lightning_multigrid.cli`. Pure Python: the preview imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import warnings
+
+from lightning_multigrid._checks import check_output_file
+from lightning_multigrid.config import (
+    DEFAULT_SHORT_RUN,
+    DEFAULTS,
+    MultigridConfig,
+    MultigridOptions,
+    ShortRun,
+    default_long_cycle_factors,
+)
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import build_schedule
+
+__all__ = ["add_schedule_arguments", "run_schedule", "schedule_config", "schedule_options"]
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    base = parser.add_argument_group("baseline run")
+    base.add_argument("--batch-size", type=int, required=True, help="clips per device")
+    base.add_argument("--num-frames", type=int, required=True, help="frames per clip")
+    base.add_argument("--crop-size", type=int, required=True, help="crop in pixels (square)")
+    base.add_argument("--sampling-rate", type=int, default=1, help="frame stride (default 1)")
+    base.add_argument("--max-epochs", type=int, required=True, help="baseline epochs")
+    base.add_argument(
+        "--milestones", type=int, nargs="*", default=[], metavar="M",
+        help="epochs where the LR stages after the first start (stage 0 starts at 0)",
+    )
+    base.add_argument("--gamma", type=float, default=0.1, help="LR decay per stage (default 0.1)")
+    base.add_argument("--devices", type=int, default=1, help="number of devices (default 1)")
+    # Defaults come from the options' own (config.DEFAULTS); `%(default)s` shows them in the help.
+    multigrid = parser.add_argument_group("multigrid")
+    multigrid.add_argument(
+        "--epoch-factor", type=float, default=DEFAULTS.epoch_factor, help="multigrid epochs / baseline (%(default)s)"
+    )
+    multigrid.add_argument(
+        "--bn-base-size", type=int, default=DEFAULTS.bn_base_size, help="clips per BatchNorm group (%(default)s)"
+    )
+    multigrid.add_argument("--no-long-cycle", action="store_true", help="turn the long cycle off")
+    multigrid.add_argument("--no-short-cycle", action="store_true", help="turn the short cycle off")
+    multigrid.add_argument(
+        "--long-cycle-factors", type=_factor_pair, nargs="+", metavar="T,S",
+        help="(t_factor, s_factor) of each long-cycle shape, coarsest first, e.g. 0.5,0.707 0.5,1 1,1 "
+        "(default: the paper's four; with --pretrained and a short --dataset-size run, the pretrained default)",
+    )
+    multigrid.add_argument(
+        "--full-grid-share", type=float, default=DEFAULTS.full_grid_share,
+        help="share of the baseline's iterations guaranteed at the full grid (%(default)s: the paper's schedule)",
+    )
+    multigrid.add_argument(
+        "--scale-bn-base-size", action="store_true",
+        help="scale the BatchNorm base size with each grid's relative batch (same values per statistic)",
+    )
+    multigrid.add_argument(
+        "--short-run", action="store_true",
+        help="short-run mode: coarse grids at the base batch for part of the run, then the full grid",
+    )
+    multigrid.add_argument(
+        "--short-run-coarse-share", type=float, default=DEFAULT_SHORT_RUN.coarse_share,
+        help="short-run mode: most epochs on coarse grids (%(default)s)",
+    )
+    multigrid.add_argument(
+        "--short-run-max-lr-factor", type=int, default=DEFAULT_SHORT_RUN.max_lr_factor,
+        help="short-run mode: largest batch growth (and LR factor) of a coarse grid (%(default)s)",
+    )
+    multigrid.add_argument(
+        "--pretrained", action=argparse.BooleanOptionalAction, default=None,
+        help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice "
+        "and, for a run of under 10,000 baseline steps (needs --dataset-size), the default long-cycle shapes",
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
+    output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    output.add_argument("--plot", metavar="FILE", help="also write a PNG figure of the schedule")
+
+
+def _factor_pair(text: str) -> tuple[float, float]:
+    """``T,S`` -> ``(t_factor, s_factor)`` (their range is checked with the other options)."""
+    try:
+        t_factor, s_factor = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a T,S pair of factors: write each long-cycle shape as t_factor,s_factor, e.g. 0.5,1"
+        ) from None
+    return t_factor, s_factor
+
+
+def schedule_options(args: argparse.Namespace) -> MultigridOptions:
+    """The multigrid options of ``schedule``'s parsed arguments (``--long-cycle-factors`` unset: the paper's)."""
+    # Built even without --short-run: a bad --short-run-* value is refused, not ignored.
+    short_run = ShortRun(coarse_share=args.short_run_coarse_share, max_lr_factor=args.short_run_max_lr_factor)
+    return MultigridOptions(
+        long_cycle=not args.no_long_cycle,
+        short_cycle=not args.no_short_cycle,
+        epoch_factor=args.epoch_factor,
+        long_cycle_factors=DEFAULTS.long_cycle_factors if args.long_cycle_factors is None else tuple(args.long_cycle_factors),
+        bn_base_size=args.bn_base_size,
+        full_grid_share=args.full_grid_share,
+        scale_bn_base_size=args.scale_bn_base_size,
+        short_run=short_run if args.short_run else None,
+    )
+
+
+def schedule_config(args: argparse.Namespace) -> MultigridConfig:
+    """The schedule's config of ``schedule``'s parsed arguments."""
+    return MultigridConfig(
+        base=GridShape(args.batch_size, args.num_frames, args.crop_size),
+        sampling_rate=args.sampling_rate,
+        max_epochs=args.max_epochs,
+        milestones=tuple(args.milestones),
+        gamma=args.gamma,
+        devices=args.devices,
+        options=schedule_options(args),
+    )
+
+
+def run_schedule(args: argparse.Namespace) -> None:
+    from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
+
+    if args.plot:
+        check_output_file("--plot", args.plot, figure=True)
+    config = schedule_config(args)
+    options = config.options
+    if args.dataset_size is not None and args.dataset_size <= 0:
+        raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        schedule = build_schedule(config)
+        if args.long_cycle_factors is None and args.dataset_size is not None:
+            # As the callback: the default shapes depend on the start and the run's baseline steps.
+            factors = default_long_cycle_factors(args.pretrained, schedule.baseline_iterations(args.dataset_size))
+            if factors != options.long_cycle_factors:
+                caught.clear()
+                options = dataclasses.replace(options, long_cycle_factors=factors)
+                schedule = build_schedule(dataclasses.replace(config, options=options))
+    for warning in caught:
+        print(f"warning: {warning.message}", file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps(schedule_to_dict(schedule, args.dataset_size, args.pretrained), indent=1))
+    else:
+        print(format_table(schedule, args.dataset_size, pretrained=args.pretrained))
+    if args.plot:
+        plot_schedule(schedule, args.plot, args.dataset_size)
+        print(f"wrote {args.plot}", file=sys.stderr)
