@@ -132,9 +132,9 @@ class MultigridOptions:
             raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {self.full_grid_share!r}.")
         if self.short_run is not None and self.full_grid_share > 0:
             raise ValueError(
-                f"`short_run=True` and `full_grid_share`={self.full_grid_share!r} both decide the full grid's "
-                "share: the short-run mode runs the full grid for all but `short_run_coarse_share` of the epochs. "
-                "Set `full_grid_share=0`, or `short_run=False`."
+                f"`short_run` and `full_grid_share`={self.full_grid_share!r} both decide the full grid's "
+                "share: the short-run mode runs the full grid for all but `short_run.coarse_share` of the epochs. "
+                "Set `full_grid_share=0`, or turn `short_run` off."
             )
         factors = self.long_cycle_factors
         if not isinstance(factors, Sequence) or not factors:

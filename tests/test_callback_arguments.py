@@ -43,8 +43,8 @@ from test_callback import RecordingNet
         ({"short_cycle_factors": (0.5,)}, r"`short_cycle_factors` must be two factors in \(0, 1\]"),
         ({"short_cycle_factors": (0.5, 0)}, "`short_cycle_factors`"),
         ({"full_grid_share": 1.5}, r"`full_grid_share` must be a number in \[0, 1\], got 1.5"),
-        ({"short_run": True, "full_grid_share": 0.25}, "`short_run=True` and `full_grid_share`=0.25"),
-        ({"short_run": ShortRun(), "full_grid_share": 0.25}, "`short_run=True` and `full_grid_share`=0.25"),
+        ({"short_run": True, "full_grid_share": 0.25}, "`short_run` and `full_grid_share`=0.25"),
+        ({"short_run": ShortRun(), "full_grid_share": 0.25}, "`short_run` and `full_grid_share`=0.25"),
     ],
 )
 def test_every_argument_is_checked_at_construction(kwargs: dict[str, Any], match: str) -> None:

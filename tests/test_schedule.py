@@ -503,7 +503,7 @@ def test_short_run_bad_settings(short_run, message):
 
 
 def test_short_run_and_full_grid_share_conflict():
-    with pytest.raises(ValueError, match=r"`short_run=True` and `full_grid_share`=0.25.*Set `full_grid_share=0`"):
+    with pytest.raises(ValueError, match=r"`short_run` and `full_grid_share`=0.25.*Set `full_grid_share=0`"):
         MultigridOptions(short_run=ShortRun(), full_grid_share=0.25)
 
 
