@@ -200,6 +200,7 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
         ManifestError: when the manifest is malformed or empty.
+        ValueError: when the reader settings do not fit the manifest (frame settings for video files).
 
     Example::
 
