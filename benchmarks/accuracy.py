@@ -108,6 +108,7 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.readers import InMemoryReader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+from lightning_multigrid.grid import ClipSampling, GridShape
 from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.schedule import grid_counts
 
@@ -331,10 +332,10 @@ def load_data(
     manifests = [_manifest(directory / "train.csv", labels), _manifest(directory / "val.csv", labels),
                  _manifest(test_directory / "val.csv", labels)]
     # Decoded once into RAM: decoding stays out of the timed loop, as on a GPU box whose loader keeps up.
-    train = TrainVideoDataset(manifests[0], flip=False, reader=InMemoryReader(manifests[0].entries))
+    train = TrainVideoDataset(manifests[0], InMemoryReader(manifests[0].entries), flip=False)
+    base = GridShape(args.batch_size, args.num_frames, args.crop_size)
     val, test = (
-        EvalVideoDataset(m, num_frames=args.num_frames, crop_size=args.crop_size, sampling_rate=2,
-                         reader=InMemoryReader(m.entries))
+        EvalVideoDataset(m, InMemoryReader(m.entries), base_shape=base, clip_sampling=ClipSampling(sampling_rate=2))
         for m in manifests[1:]
     )
     return train, val, test

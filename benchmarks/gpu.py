@@ -77,6 +77,7 @@ from lightning_multigrid.data.decoding.device import (  # noqa: E402
     decode_jpegs,
     jpeg_decoder,
 )
+from lightning_multigrid.data.decoding.settings import ReaderSettings  # noqa: E402
 from lightning_multigrid.data.loaders import ChunkedDataLoader  # noqa: E402
 from lightning_multigrid.data.manifests.load import load_manifest  # noqa: E402
 from lightning_multigrid.data.prefetch import DecodeAhead  # noqa: E402
@@ -405,7 +406,7 @@ def loader_sources(setup: Setup, data: dict[str, Any], nvdec: bool) -> dict[str,
         "mp4 gop12 (workers)": TrainVideoDataset(manifests["mp4 gop12"]),
         "frames (workers)": TrainVideoDataset(manifests["frames"]),
         # Decoded on `setup.device`: the GPU, or the CPU in --smoke.
-        "frames (device decode)": TrainVideoDataset(manifests["frames"], frame_decode="device"),
+        "frames (device decode)": TrainVideoDataset(manifests["frames"], ReaderSettings(frame_decode="device")),
     }
     if nvdec:
         sources["mp4 gop12 (NVDEC, main process)"] = NvdecClips(manifests["mp4 gop12"])
@@ -430,7 +431,7 @@ def stage_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any])
     (bytes only), the device decoding batches already read (nvjpeg, resize, crop, flip), and the
     host-to-device copy of a batch the workers decoded (uint8, pinned). The model's step is ``model``."""
     manifest = Path(data["loader_manifests"]["frames"])
-    encoded = TrainVideoDataset(manifest, frame_decode="device")
+    encoded = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"))
     rows = []
     for grid in selected_grids(setup, schedule):
         read = loader_rate(encoded, grid, setup, setup.loader_videos, decode=False)
@@ -466,8 +467,8 @@ def encoded_sources(data: dict[str, Any]) -> dict[str, TrainVideoDataset]:
     """The JPEG sources of ``read``, ``decode`` and ``overlap``: datasets whose workers return bytes
     (``frame_decode="device"``), same videos. A new source (a packed store) is one more line."""
     return {
-        "frames": TrainVideoDataset(Path(data["loader_manifests"]["frames"]), frame_decode="device"),
-        "store": TrainVideoDataset(Path(data["loader_manifests"]["store"]), frame_decode="device"),
+        "frames": TrainVideoDataset(Path(data["loader_manifests"]["frames"]), ReaderSettings(frame_decode="device")),
+        "store": TrainVideoDataset(Path(data["loader_manifests"]["store"]), ReaderSettings(frame_decode="device")),
     }
 
 

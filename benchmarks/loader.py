@@ -69,6 +69,7 @@ from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_encoded_clip
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
@@ -341,7 +342,7 @@ def source_datasets(
 
 def jpeg_datasets(fmt: str, source: Path, decodes: list[str]) -> list[tuple[str, str, Any]]:
     """One dataset of JPEG frames (folders or a store) per decode: ``cpu`` in the workers, ``cuda`` on the device."""
-    return [(fmt, decode, TrainVideoDataset(source, frame_decode="workers" if decode == "cpu" else "device"))
+    return [(fmt, decode, TrainVideoDataset(source, ReaderSettings(frame_decode="workers" if decode == "cpu" else "device")))
             for decode in decodes]
 
 

@@ -330,7 +330,7 @@ def main() -> None:
             dataset = None
             if source == "memory":
                 manifest = load_manifest(data_dir / "train.csv", root=data_dir)
-                dataset = TrainVideoDataset(manifest, flip=False, reader=InMemoryReader(manifest.entries))
+                dataset = TrainVideoDataset(manifest, InMemoryReader(manifest.entries), flip=False)
             manifests = frame_manifests if source.startswith("frames") else stores if source.startswith("store") else None
             decode = "device" if source.endswith("-gpu") else "workers"
             results[backbone, source] = {

@@ -37,6 +37,7 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.readers import InMemoryReader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+from lightning_multigrid.grid import ClipSampling, GridShape
 from lightning_multigrid.module import VideoClassifier
 
 
@@ -114,9 +115,11 @@ def load_data(args: argparse.Namespace, directory: Path) -> tuple[TrainVideoData
             height=height, num_frames=40, seed=0, texture_cell=max(2, round(min(width, height) / 10)),
         )
     train_manifest, val_manifest = load_manifest(directory / "train.csv"), load_manifest(directory / "val.csv")
-    train = TrainVideoDataset(train_manifest, flip=False, reader=InMemoryReader(train_manifest.entries))
-    val = EvalVideoDataset(val_manifest, num_frames=args.num_frames, crop_size=args.crop_size, sampling_rate=2,
-                           reader=InMemoryReader(val_manifest.entries))
+    train = TrainVideoDataset(train_manifest, InMemoryReader(train_manifest.entries), flip=False)
+    val = EvalVideoDataset(
+        val_manifest, InMemoryReader(val_manifest.entries), base_shape=GridShape(args.batch_size, args.num_frames, args.crop_size),
+        clip_sampling=ClipSampling(sampling_rate=2),
+    )
     return train, val
 
 

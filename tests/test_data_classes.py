@@ -18,6 +18,7 @@ from lightning_multigrid.data.manifests.entries import ManifestError, read_class
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools.extract import extract_frames
+from lightning_multigrid.grid import ClipSampling, GridShape
 from lightning_multigrid.module import VideoClassifier
 
 from conftest import VideoFactory
@@ -240,8 +241,8 @@ def test_swapped_datasets_are_served_and_test_runs_twice(synthetic_dataset: Synt
     root = synthetic_dataset.root
     lines = synthetic_dataset.val_manifest.read_text().splitlines()
     (tmp_path / "small_test.csv").write_text("".join(f"{root / line}\n" for line in lines[:3]))
-    test = EvalVideoDataset(str(tmp_path / "small_test.csv"), class_names=names, num_frames=4, sampling_rate=2,
-                            short_side=32, crop_size=32)
+    test = EvalVideoDataset(str(tmp_path / "small_test.csv"), base_shape=GridShape(1, 4, 32),
+                            clip_sampling=ClipSampling(2, (32, 32)), class_names=names)
     train_lines = synthetic_dataset.train_manifest.read_text().splitlines()
     (tmp_path / "small_train.csv").write_text("".join(f"{root / line}\n" for line in train_lines[:4]))
     train = TrainVideoDataset(str(tmp_path / "small_train.csv"), class_names=names, flip=False)
@@ -262,11 +263,14 @@ def test_a_swapped_validation_set_with_other_classes_is_refused(synthetic_datase
         class_names=str(synthetic_dataset.class_names_file), **BASE,
     )
     # Integer labels, built without the class-names file: the same targets, accepted.
-    same = EvalVideoDataset(str(synthetic_dataset.val_manifest), num_frames=4, sampling_rate=1, short_side=32, crop_size=32)
+    same = EvalVideoDataset(str(synthetic_dataset.val_manifest), base_shape=GridShape(1, 4, 32),
+                            clip_sampling=ClipSampling(1, (32, 32)))
     datamodule.use_datasets(val=same)
     datamodule.setup("fit")
     other = class_tree(videos, "val", ("x", "y"))
-    datamodule.use_datasets(val=EvalVideoDataset(str(other), num_frames=4, sampling_rate=1, short_side=32, crop_size=32))
+    datamodule.use_datasets(
+        val=EvalVideoDataset(str(other), base_shape=GridShape(1, 4, 32), clip_sampling=ClipSampling(1, (32, 32)))
+    )
     with pytest.raises(ManifestError, match=r"`val_manifest` video .*val_x.mp4 is of class 'x', which the training data"):
         datamodule.setup("fit")
 
@@ -277,8 +281,9 @@ def test_a_swapped_multi_label_validation_set_of_another_width_is_refused(videos
     (tmp_path / "train.csv").write_text("v0.mp4 0,4\nv1.mp4 1\n")
     (tmp_path / "val.csv").write_text("v0.mp4 0,2\nv1.mp4 1\n")
     datamodule = MultigridVideoDataModule(train_manifest=str(tmp_path / "train.csv"), **BASE)
-    datamodule.use_datasets(val=EvalVideoDataset(str(tmp_path / "val.csv"), num_frames=4, sampling_rate=1, short_side=32,
-                                                 crop_size=32))
+    datamodule.use_datasets(val=EvalVideoDataset(
+        str(tmp_path / "val.csv"), base_shape=GridShape(1, 4, 32), clip_sampling=ClipSampling(1, (32, 32))
+    ))
     with pytest.raises(ManifestError, match=r"`val_manifest` dataset .*val.csv has 3 classes, multi-label, the training "
                        r"dataset .*train.csv 5 classes, multi-label: .* Build it on the training classes: pass "
                        r"`lightning_multigrid.data.manifests.classes.align_classes\("):

@@ -10,6 +10,7 @@ import pytest
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.dataset import TrainVideoDataset
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import read_class_names
 from lightning_multigrid.data.manifests.videos import read_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset, ensure_synthetic_dataset, render_synthetic_video
@@ -62,7 +63,7 @@ def test_check_data_settings_errors_exit_2(tmp_path: Path, capsys: pytest.Captur
 def test_check_data_writes_a_metadata_file(synthetic_dataset: SyntheticDataset, tmp_path: Path) -> None:
     meta = tmp_path / "meta.json"
     main(["check-data", str(synthetic_dataset.val_manifest), "--workers", "1", "--no-progress", "--write-metadata", str(meta)])
-    dataset = TrainVideoDataset(synthetic_dataset.val_manifest, metadata_file=meta)
+    dataset = TrainVideoDataset(synthetic_dataset.val_manifest, ReaderSettings(metadata_file=meta))
     assert len(dataset.reader.metadata) == synthetic_dataset.num_val
 
 

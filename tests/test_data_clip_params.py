@@ -11,12 +11,14 @@ from lightning_multigrid.data.clip_params import (
     ClipParams,
     ClipRequest,
     eval_clip_params,
+    eval_short_side,
     frame_indices,
     resized_size,
     sample_clip_params,
     span_frames,
 )
 from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 
 
 def metadata(num_frames: int = 24, width: int = 64, height: int = 48) -> VideoMetadata:
@@ -118,16 +120,20 @@ def test_invalid_requests(changes: dict[str, object], match: str) -> None:
         sample_clip_params(request(**changes), metadata())
 
 
+# The base shape and sampling of the eval tests: 8 frames at stride 4, crops of 112 from a short side of 128.
+BASE_SHAPE, SAMPLING = GridShape(1, 8, 112), ClipSampling(4, (128, 128))
+
+
 def test_eval_temporal_clips_spread_uniformly() -> None:
     # 100 frames, 8 frames at stride 4: span = 7 * 4 + 1 = 29, room = 71.
     # 3 clips start at round(0 * 71 / 2) = 0, round(71 / 2) = 36, round(2 * 71 / 2) = 71.
     video = metadata(num_frames=100, width=320, height=240)
     starts = [
-        eval_clip_params(video, 8, 4, 128, 112, temporal_index=i, num_views=3).frame_indices[0]
+        eval_clip_params(video, BASE_SHAPE, SAMPLING, EvalViews(3, 1), temporal_index=i).frame_indices[0]
         for i in range(3)
     ]
     assert starts == [0, 36, 71]
-    single = eval_clip_params(video, 8, 4, 128, 112)
+    single = eval_clip_params(video, BASE_SHAPE, SAMPLING, EvalViews(1, 1))
     assert single.frame_indices == tuple(35 + 4 * k for k in range(8))  # room // 2 = 35
 
 
@@ -136,26 +142,32 @@ def test_eval_spatial_crops() -> None:
     video = metadata(num_frames=100, width=320, height=240)
     boxes = [
         (p.crop_x, p.crop_y)
-        for p in (eval_clip_params(video, 8, 4, 128, 112, spatial_index=s, num_crops=3) for s in range(3))
+        for p in (eval_clip_params(video, BASE_SHAPE, SAMPLING, EvalViews(1, 3), spatial_index=s) for s in range(3))
     ]
     assert boxes == [(0, 8), (29, 8), (59, 8)]
-    centre = eval_clip_params(video, 8, 4, 128, 112)
+    centre = eval_clip_params(video, BASE_SHAPE, SAMPLING, EvalViews(1, 1))
     assert (centre.resize_width, centre.resize_height, centre.crop_x, centre.crop_y) == (171, 128, 29, 8)
     portrait = metadata(num_frames=100, width=240, height=320)
     assert [
-        eval_clip_params(portrait, 8, 4, 128, 112, spatial_index=s, num_crops=3).crop_y for s in range(3)
+        eval_clip_params(portrait, BASE_SHAPE, SAMPLING, EvalViews(1, 3), spatial_index=s).crop_y for s in range(3)
     ] == [0, 29, 59]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"temporal_index": 3, "num_views": 3}, "temporal_index"),
+        ({"temporal_index": 3, "views": EvalViews(3, 1)}, "temporal_index"),
         ({"spatial_index": 1}, "spatial_index"),
-        ({"short_side": 100}, "short_side"),
     ],
 )
-def test_eval_invalid(kwargs: dict[str, int], match: str) -> None:
-    args = {"num_frames": 8, "sampling_rate": 4, "short_side": 128, "crop_size": 112} | kwargs
+def test_eval_invalid(kwargs: dict[str, object], match: str) -> None:
+    args = {"base_shape": BASE_SHAPE, "clip_sampling": SAMPLING, "views": EvalViews()} | kwargs
     with pytest.raises(ValueError, match=match):
         eval_clip_params(metadata(), **args)  # type: ignore[arg-type]
+
+
+def test_eval_short_side_is_the_minimum_training_short_side() -> None:
+    # One owner: the jitter minimum at the base crop, 128 here; by default round(112 * 256 / 224) = 128 too.
+    assert eval_short_side(BASE_SHAPE, SAMPLING) == 128
+    assert eval_short_side(GridShape(1, 8, 112), ClipSampling(4)) == 128
+    assert eval_short_side(GridShape(1, 8, 112), ClipSampling(4, (150, 200))) == 150

@@ -14,9 +14,11 @@ from torch.utils.data import DataLoader
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.grid import ClipSampling, EvalViews
 from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 from conftest import BROKEN_KINDS, VideoFactory
@@ -84,13 +86,13 @@ def test_slowfast_pathways(synthetic_dataset: SyntheticDataset) -> None:
     assert torch.equal(slow, fast[:, [0, 4]])
     batch = collate_clips([dataset[request(index=i, num_frames=8)] for i in range(3)])
     assert [v.shape for v in batch["video"]] == [(3, 3, 2, 32, 32), (3, 3, 8, 32, 32)]
-    evaluation = EvalVideoDataset(synthetic_dataset.val_manifest, num_frames=8, crop_size=32, slowfast_alpha=2)
+    evaluation = EvalVideoDataset(synthetic_dataset.val_manifest, base_shape=GridShape(1, 8, 32), slowfast_alpha=2)
     assert [v.shape[1] for v in evaluation[0]["video"]] == [4, 8]
 
 
 def test_multi_view_evaluation(synthetic_dataset: SyntheticDataset) -> None:
     dataset = EvalVideoDataset(
-        synthetic_dataset.val_manifest, num_frames=4, crop_size=32, sampling_rate=2, num_views=2, num_crops=3
+        synthetic_dataset.val_manifest, base_shape=GridShape(1, 4, 32), clip_sampling=ClipSampling(2), views=EvalViews(2, 3)
     )
     assert dataset.clips_per_video == 6 and len(dataset) == 8 * 6
     loader = DataLoader(dataset, batch_size=12, collate_fn=collate_clips)
@@ -159,7 +161,7 @@ def test_strict_raises_with_the_path(videos: VideoFactory, tmp_path: Path, kind:
     with pytest.raises(VideoDecodeError, match=f"Cannot decode video {bad}"):
         TrainVideoDataset(tmp_path / "m.csv", strict=True)[request()]
     with pytest.raises(VideoDecodeError, match=str(bad)):
-        EvalVideoDataset(tmp_path / "m.csv", num_frames=4, crop_size=32, strict=True)[0]
+        EvalVideoDataset(tmp_path / "m.csv", base_shape=GridShape(1, 4, 32), strict=True)[0]
 
 
 def test_all_bad_gives_up_with_advice(videos: VideoFactory, tmp_path: Path) -> None:
@@ -169,7 +171,7 @@ def test_all_bad_gives_up_with_advice(videos: VideoFactory, tmp_path: Path) -> N
 
 
 def test_eval_replaces_bad_videos_too(mixed_manifest: Path) -> None:
-    dataset = EvalVideoDataset(mixed_manifest, num_frames=4, crop_size=32)
+    dataset = EvalVideoDataset(mixed_manifest, base_shape=GridShape(1, 4, 32))
     sample = dataset[3]
     assert sample["index"] in (0, 1) and sample["view"] == 0
     assert sample["skipped"][0] == dataset.manifest.entries[3].path
@@ -188,7 +190,7 @@ def test_configuration_errors_raise_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="slowfast_alpha"):
         TrainVideoDataset(tmp_path / "m.csv", slowfast_alpha=0)
     with pytest.raises(ValueError, match="num_crops"):
-        EvalVideoDataset(tmp_path / "m.csv", num_frames=4, crop_size=32, num_crops=2)
+        EvalVideoDataset(tmp_path / "m.csv", base_shape=GridShape(1, 4, 32), views=EvalViews(1, 2))
     with pytest.raises(TypeError, match="indexed by `ClipRequest`"):
         TrainVideoDataset(tmp_path / "m.csv")[0]  # type: ignore[index]
 
@@ -243,5 +245,5 @@ def test_metadata_file_skips_probing(
         raise AssertionError("probed although the metadata file has it")
 
     monkeypatch.setattr(VideoReader, "_probe", no_probe)
-    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, metadata_file=tmp_path / "meta.json")
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, ReaderSettings(metadata_file=tmp_path / "meta.json"))
     assert dataset[request(index=3)]["video"].shape == (3, 4, 32, 32)

@@ -18,6 +18,7 @@ from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decoding import device as device_decode
 from lightning_multigrid.data.decoding.device import decode_clips, decode_jpegs, jpeg_decoder
 from lightning_multigrid.data.decoding.frames import EncodedClip
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 
 from conftest import FrameFactory
 
@@ -55,7 +56,7 @@ def encoded_clips(tmp_path: Path, frames: FrameFactory) -> list[EncodedClip]:
     for i in range(2):
         frames.smooth(f"v{i}", num_frames=12, width=160, height=120, seed=i)
     (tmp_path / "m.txt").write_text("v0 0\nv1 1\n")
-    dataset = TrainVideoDataset(tmp_path / "m.txt", frame_decode="device")
+    dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device"))
     return [dataset[ClipRequest(i % 2, 8, 56, (1.0, 1.5), (60, 75), seed=i)]["video"] for i in range(4)]
 
 
@@ -116,7 +117,7 @@ def test_batched_crop_resize_matches_the_per_clip_resize(
     p99 4-5, as JPEG re-encoding at quality 90 does; a wrong box, flip or frame order gives tens.
     """
     sizes = [(212, 160), (160, 212), (340, 256)]  # mixed aspect ratios and sizes in one batch
-    dataset = TrainVideoDataset(textured_folders(tmp_path, frames, sizes), frame_decode="device")
+    dataset = TrainVideoDataset(textured_folders(tmp_path, frames, sizes), ReaderSettings(frame_decode="device"))
     # Strides past the 10 frames' end: clips repeat their last frames (decoded once, placed twice).
     clips = [dataset[ClipRequest(i % 3, 8, crop, (1.0, 2.0), scales, seed=i)]["video"] for i in range(9)]
     assert {c.params.flip for c in clips} == {False, True}

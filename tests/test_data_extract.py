@@ -15,6 +15,7 @@ from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.extract import DONE_FILE, extract_frames, extract_video
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 
 from conftest import VideoFactory
 
@@ -36,7 +37,7 @@ def test_frames_keep_their_content_order_and_size(videos: VideoFactory, tmp_path
     assert extract_video(str(video), str(tmp_path / "out"), short_side=24) == 20
     folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
     assert (folder.width, folder.height, folder.num_frames) == (32, 24, 20)
-    params = eval_clip_params(folder, num_frames=20, sampling_rate=1, short_side=24, crop_size=24)
+    params = eval_clip_params(folder, GridShape(1, 20, 24), ClipSampling(1, (24, 24)), EvalViews(1, 1))
     clip = read_clip(folder, params)
     assert_frames_are(clip, list(range(20)))
 
@@ -45,7 +46,7 @@ def test_fps_resampling_keeps_every_other_frame(videos: VideoFactory, tmp_path: 
     video = videos.coded("v.mp4", num_frames=24, fps=12)
     assert extract_video(str(video), str(tmp_path / "out"), fps=6) == 12
     folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
-    clip = read_clip(folder, eval_clip_params(folder, 12, 1, 48, 48))
+    clip = read_clip(folder, eval_clip_params(folder, GridShape(1, 12, 48), ClipSampling(1, (48, 48)), EvalViews(1, 1)))
     assert_frames_are(clip, list(range(0, 24, 2)))
 
 

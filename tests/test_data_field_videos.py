@@ -30,11 +30,13 @@ from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import jpeg_end
 from lightning_multigrid.data.decoding.metadata import MetadataCache
 from lightning_multigrid.data.decoding.readers import InMemoryReader, VideoFileReader
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.decoding.video import VideoReader, probe_video
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 
 from conftest import FrameFactory, VideoFactory
 
@@ -135,7 +137,8 @@ def test_a_phone_video_is_read_upright_in_training_extract_and_check_data(tmp_pa
     # pack-frames straight from the video stores it upright too (level 0 of a 32 crop: 46 px short side).
     packed = pack_frames(load_manifest(tmp_path / "m.txt"), tmp_path / "phone.store", crop_size=32, workers=1, progress=False)
     assert packed.failures == ()
-    stored_frame = TrainVideoDataset(tmp_path / "phone.store", frame_decode="device")[ClipRequest(0, 1, 32, (1.0, 1.0), (46, 46), 0)]
+    stored = TrainVideoDataset(tmp_path / "phone.store", ReaderSettings(frame_decode="device"))
+    stored_frame = stored[ClipRequest(0, 1, 32, (1.0, 1.0), (46, 46), 0)]
     with Image.open(io.BytesIO(bytes(stored_frame["video"].jpegs[0]))) as frame:
         assert (frame.width > frame.height) == (shown.shape[1] > shown.shape[0])
     check = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False)
@@ -176,12 +179,13 @@ def test_training_clips_of_a_rotated_video_follow_the_displayed_frame(tmp_path: 
     train = TrainVideoDataset(tmp_path / "m.txt", flip=False)
     sample = train[ClipRequest(0, 4, 32, (1.0, 1.0), (32, 32), seed=0)]
     assert sample["skipped"] == () and sample["video"].shape == (3, 4, 32, 32)
-    evaluation = EvalVideoDataset(tmp_path / "m.txt", num_frames=4, crop_size=32, short_side=32, num_crops=3)
+    evaluation = EvalVideoDataset(tmp_path / "m.txt", base_shape=GridShape(1, 4, 32), clip_sampling=ClipSampling(1, (32, 32)),
+                                  views=EvalViews(1, 3))
     tops = [evaluation[v]["video"][:, 0].float().mean().item() for v in range(3)]
     # Portrait: the three crops run top to bottom; turned 90 degrees counter-clockwise, the white
     # quarter sits at the bottom left, so the bottom crop is the brightest.
     assert tops[1] > tops[0]
-    memory = TrainVideoDataset(tmp_path / "m.txt", flip=False, reader=InMemoryReader())
+    memory = TrainVideoDataset(tmp_path / "m.txt", InMemoryReader(), flip=False)
     request = ClipRequest(0, 4, 32, (1.0, 1.0), (40, 48), seed=3)
     assert close(memory[request]["video"].numpy(), train[request]["video"].numpy(), 16)
 
@@ -231,7 +235,8 @@ def test_mpeg_streams_train_and_pass_check_data_alike(tmp_path: Path, build: Cal
     dataset = TrainVideoDataset(tmp_path / "m.txt", strict=True)
     for seed in range(12):  # clips all over the videos, the last frames included
         assert dataset[ClipRequest(seed % 2, 8, 32, (1.0, 10.0), (40, 48), seed)]["skipped"] == ()
-    evaluation = EvalVideoDataset(tmp_path / "m.txt", num_frames=8, crop_size=32, sampling_rate=10, num_views=3, strict=True)
+    evaluation = EvalVideoDataset(tmp_path / "m.txt", base_shape=GridShape(1, 8, 32), clip_sampling=ClipSampling(10),
+                                  views=EvalViews(3, 1), strict=True)
     assert all(evaluation[i]["skipped"] == () for i in range(len(evaluation)))
     # check-data reads clips the way training does (seeks included, the last frames too) and agrees.
     assert check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False).ok
@@ -297,9 +302,9 @@ def test_bad_videos_are_named_and_skipped_alike_by_training_check_data_and_extra
     manifest = tmp_path / "m.txt"
     train = TrainVideoDataset(manifest)[ClipRequest(0, 4, 32, (1.0, 2.0), (40, 48), 0)]
     assert train["skipped"] == (str(bad),) and train["index"] == 1
-    evaluation = EvalVideoDataset(manifest, num_frames=4, crop_size=32)[0]
+    evaluation = EvalVideoDataset(manifest, base_shape=GridShape(1, 4, 32))[0]
     assert evaluation["skipped"] == (str(bad),) and evaluation["index"] == 1
-    for strict in (TrainVideoDataset(manifest, strict=True), EvalVideoDataset(manifest, 4, 32, strict=True)):
+    for strict in (TrainVideoDataset(manifest, strict=True), EvalVideoDataset(manifest, base_shape=GridShape(1, 4, 32), strict=True)):
         with pytest.raises(VideoDecodeError, match=re.escape(reason)):
             strict[ClipRequest(0, 4, 32, (1.0, 2.0), (40, 48), 0) if isinstance(strict, TrainVideoDataset) else 0]
     report = check_videos(load_manifest(manifest), workers=1, progress=False)
@@ -331,7 +336,7 @@ def test_a_video_replaced_after_write_metadata_is_probed_again(
     (tmp_path / "m.txt").write_text("v.mp4 0\n")
     check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False).metadata_cache().save(tmp_path / "meta.json")
     videos.coded("v.mp4", num_frames=40, width=96, height=64)  # replaced: other size and length
-    dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, metadata_file=tmp_path / "meta.json")
+    dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(metadata_file=tmp_path / "meta.json"), flip=False)
     with caplog.at_level(logging.WARNING, logger="lightning_multigrid.data"):
         source = dataset.reader.source(dataset.manifest.entries[0])
     assert (source.width, source.height, source.num_frames) == (96, 64, 40)
@@ -377,7 +382,7 @@ def test_a_replacement_draws_its_own_clip(tmp_path: Path, videos: VideoFactory) 
         videos.coded(name, num_frames=60)
     (tmp_path / "m.txt").write_text("bad.mp4 0\na.mp4 0\nb.mp4 0\n")
     reader = RecordingReader()
-    dataset = TrainVideoDataset(tmp_path / "m.txt", reader=reader)
+    dataset = TrainVideoDataset(tmp_path / "m.txt", reader)
     request = ClipRequest(0, 4, 32, (1.0, 12.0), (40, 48), seed=5)
     sample = dataset[request]
     assert sample["skipped"] == (str(tmp_path / "bad.mp4"),)
@@ -417,9 +422,9 @@ def read_all_modes(manifest: Path, strict: bool) -> dict[str, list[str]]:
     request = ClipRequest(0, 12, 32, (1.0, 1.0), (40, 48), 0)
     skipped = {
         "train": list(TrainVideoDataset(manifest, strict=strict)[request]["skipped"]),
-        "eval": list(EvalVideoDataset(manifest, num_frames=12, crop_size=32, sampling_rate=1, strict=strict)[0]["skipped"]),
+        "eval": list(EvalVideoDataset(manifest, base_shape=GridShape(1, 12, 32), strict=strict)[0]["skipped"]),
     }
-    device = TrainVideoDataset(manifest, strict=strict, frame_decode="device")
+    device = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"), strict=strict)
     batch = collate_clips([device[request], device[request._replace(index=1)]])
     skipped["device"] = [*batch["skipped"], *decode_batch(batch["video"], "cpu", strict=strict).skipped]
     report = check_videos(load_manifest(manifest), workers=1, progress=False)
@@ -442,7 +447,7 @@ def test_exif_oriented_frames_are_refused_alike_in_every_mode(tmp_path: Path, fr
     assert f"img_{tagged[0]:05d}.jpg has EXIF orientation 6" in str(report.failures[0].error)
     for decode in ("workers", "device"):
         with pytest.raises(VideoDecodeError, match="EXIF orientation 6"):
-            dataset = TrainVideoDataset(tmp_path / "m.txt", strict=True, frame_decode=decode)  # type: ignore[arg-type]
+            dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode=decode), strict=True)  # type: ignore[arg-type]
             dataset[ClipRequest(0, 12, 32, (1.0, 1.0), (40, 48), 0)]
 
 
@@ -470,7 +475,7 @@ def test_bytes_after_the_jpeg_end_marker_are_ignored_in_every_mode(tmp_path: Pat
     (tmp_path / "m.txt").write_text("v 0\nplain 1\n")
     assert read_all_modes(tmp_path / "m.txt", strict=True) == {m: [] for m in ("train", "eval", "device", "check-data", "pack-frames")}
     request = ClipRequest(0, 12, 32, (1.0, 1.0), (40, 48), 0)
-    device = TrainVideoDataset(tmp_path / "m.txt", flip=False, frame_decode="device")
+    device = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device"), flip=False)
     encoded = device[request]["video"]
     assert all(bytes(jpeg).endswith(b"\xff\xd9") and b"MOTION" not in bytes(jpeg) for jpeg in encoded.jpegs)
     on_device = decode_batch([encoded], "cpu").video[0]
@@ -479,7 +484,7 @@ def test_bytes_after_the_jpeg_end_marker_are_ignored_in_every_mode(tmp_path: Pat
     assert close(workers.numpy(), untouched.numpy(), 0.01)  # the trailer changes nothing
     assert close(on_device.numpy(), workers.numpy(), 3)
     # The store packed from them holds each frame cut at its end marker, read alike by both decoders.
-    store = TrainVideoDataset(tmp_path / "m.store", flip=False, frame_decode="device")[request]["video"]
+    store = TrainVideoDataset(tmp_path / "m.store", ReaderSettings(frame_decode="device"), flip=False)[request]["video"]
     assert all(bytes(jpeg).endswith(b"\xff\xd9") and b"MOTION" not in bytes(jpeg) for jpeg in store.jpegs)
 
 

@@ -23,6 +23,7 @@ from lightning_multigrid.data.decoding.device import decode_batch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.frames import open_frame_folder
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.tools.check import check_videos
@@ -58,7 +59,7 @@ def test_mmaction2_rawframes_with_flow_and_a_thumbnail_read_only_the_img_frames(
     (tmp_path / "m.txt").write_text("v 0\n")
     assert open_frame_folder(VideoEntry(str(folder), (0,))).num_frames == 16
     for encoded in (False, True):
-        dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, frame_decode="device" if encoded else "workers")
+        dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device" if encoded else "workers"), flip=False)
         sample = dataset[every_frame(0, 16)]
         video = decode_clips([sample["video"]], "cpu")[0] if encoded else sample["video"]
         assert indices(video) == list(range(16)) and sample["skipped"] == ()
@@ -102,14 +103,14 @@ def test_bad_templates_are_refused_naming_the_option(tmp_path: Path, frames: Fra
     frames.coded("v", num_frames=4)
     (tmp_path / "m.txt").write_text("v 0\n")
     with pytest.raises(ValueError, match=match):
-        TrainVideoDataset(tmp_path / "m.txt", filename_tmpl=template)
+        TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(filename_tmpl=template))
 
 
 def test_template_options_are_refused_for_a_video_manifest(tmp_path: Path, videos: VideoFactory) -> None:
     videos.coded("a.mp4")
     (tmp_path / "m.txt").write_text("a.mp4 0\n")
     with pytest.raises(ValueError, match="`filename_tmpl` and `allow_frame_gaps` describe frame folders"):
-        TrainVideoDataset(tmp_path / "m.txt", filename_tmpl="img_{:05d}.jpg")
+        TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(filename_tmpl="img_{:05d}.jpg"))
 
 
 def test_gap_report_names_the_missing_runs() -> None:
@@ -135,7 +136,8 @@ def test_csv_videos_sharing_a_folder_read_their_own_frames(tmp_path: Path) -> No
             lines.append(f'{video} {label} {i} shared/{name} "{label}"')
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
     for encoded in (False, True):
-        dataset = TrainVideoDataset(tmp_path / "train.csv", flip=False, frame_decode="device" if encoded else "workers")
+        settings = ReaderSettings(frame_decode="device" if encoded else "workers")
+        dataset = TrainVideoDataset(tmp_path / "train.csv", settings, flip=False)
         a, b = dataset[every_frame(0, 8)], dataset[every_frame(1, 8)]
         videos = decode_clips([a["video"], b["video"]], "cpu") if encoded else [a["video"], b["video"]]
         assert indices(videos[0]) == list(range(8)) and indices(videos[1]) == list(range(40, 48))
@@ -241,7 +243,7 @@ def test_bad_folders_are_refused_alike_by_workers_device_and_check_data(
 def device_mode(manifest: Path, strict: bool) -> list[str]:
     """The videos skipped reading video 0 beside video 1 with ``frame_decode="device"``: by the
     workers (header checks) or by the decode on the device (``device="cpu"``)."""
-    dataset = TrainVideoDataset(manifest, strict=strict, frame_decode="device")
+    dataset = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"), strict=strict)
     batch = collate_clips([dataset[every_frame(0, 12)], dataset[every_frame(1, 12)]])
     decoded = decode_batch(batch["video"], "cpu", strict=strict)
     return [*batch["skipped"], *decoded.skipped]
@@ -250,7 +252,7 @@ def device_mode(manifest: Path, strict: bool) -> list[str]:
 def test_allowed_gaps_read_the_frames_there_are(tmp_path: Path, frames: FrameFactory) -> None:
     _gap(frames)
     (tmp_path / "m.txt").write_text("bad 0\n")
-    dataset = TrainVideoDataset(tmp_path / "m.txt", flip=False, allow_frame_gaps=True)
+    dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(allow_frame_gaps=True), flip=False)
     sample = dataset[ClipRequest(0, 20, 32, (1.0, 1.0), (40, 48), 0)]
     assert sample["skipped"] == ()
     seen = indices(sample["video"])
@@ -267,7 +269,7 @@ def test_frames_with_another_ending_are_never_read_as_consecutive(tmp_path: Path
     (tmp_path / "m.txt").write_text("bad 0\n")
     reason = "mixes file endings (.jpg and .jpeg) or zero-padding: rename its frames to one pattern"
     with pytest.raises(VideoDecodeError, match=re.escape(reason)) as refused:
-        TrainVideoDataset(tmp_path / "m.txt", strict=True, allow_frame_gaps=True)[every_frame(0, 6)]
+        TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(allow_frame_gaps=True), strict=True)[every_frame(0, 6)]
     assert "img_00002.jpeg, img_00004.jpeg, img_00006.jpeg, ..." in str(refused.value)
     assert "allow_frame_gaps" not in str(refused.value)
     report = check_videos(load_manifest(tmp_path / "m.txt"), workers=1, progress=False, layout=FrameLayout(allow_gaps=True))
@@ -315,7 +317,8 @@ def test_unreadable_files_are_skips_with_their_reason(open_dir: Path, what: str)
     os.chmod(bad if what == "folder" else bad / "img_00001.jpg", 0)
     with as_other_user():
         for encoded in (False, True):
-            sample = TrainVideoDataset(open_dir / "m.txt", frame_decode="device" if encoded else "workers")[every_frame(0, 12)]
+            settings = ReaderSettings(frame_decode="device" if encoded else "workers")
+            sample = TrainVideoDataset(open_dir / "m.txt", settings)[every_frame(0, 12)]
             assert sample["skipped"] == (str(bad),)
             batch = collate_clips([sample])
             assert batch["skipped"] == [str(bad)]

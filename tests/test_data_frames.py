@@ -16,10 +16,12 @@ from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError, VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
 from lightning_multigrid.data.manifests.load import is_frame_manifest, load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 
 from conftest import FRAME_BROKEN_KINDS, FrameBrokenKind, FrameFactory, VideoFactory
 
@@ -132,7 +134,7 @@ def test_reduced_size_decode_matches_full_decode_then_resize(frames: FrameFactor
     """The DCT-scaled decode and box resize give the pixels of a full decode, resize, crop."""
     path = frames.smooth(num_frames=4, width=320, height=240)
     folder = open_frame_folder(VideoEntry(str(path), (0,)))
-    params = eval_clip_params(folder, num_frames=4, sampling_rate=1, short_side=short_side, crop_size=crop)
+    params = eval_clip_params(folder, GridShape(1, 4, crop), ClipSampling(1, (short_side, short_side)), EvalViews(1, 1))
     clip = read_clip(folder, params).numpy()
     for t, index in enumerate(params.frame_indices):
         with Image.open(folder.frame_path(index)) as image:
@@ -144,7 +146,7 @@ def test_reduced_size_decode_matches_full_decode_then_resize(frames: FrameFactor
 
 def test_flip_mirrors_the_crop(frames: FrameFactory) -> None:
     folder = open_frame_folder(VideoEntry(str(frames.smooth(num_frames=2)), (0,)))
-    params = eval_clip_params(folder, num_frames=2, sampling_rate=1, short_side=64, crop_size=48)
+    params = eval_clip_params(folder, GridShape(1, 2, 48), ClipSampling(1, (64, 64)), EvalViews(1, 1))
     flipped = read_clip(folder, dataclasses.replace(params, flip=True))
     assert torch.equal(flipped, read_clip(folder, params).flip(-1))
 
@@ -152,8 +154,8 @@ def test_flip_mirrors_the_crop(frames: FrameFactory) -> None:
 def test_eval_views_of_a_frame_dataset(tmp_path: Path, frames: FrameFactory) -> None:
     frames.coded("v", num_frames=30)
     (tmp_path / "m.txt").write_text("v 0 30\n")
-    dataset = EvalVideoDataset(tmp_path / "m.txt", num_frames=4, crop_size=32, sampling_rate=2, num_views=3,
-                               num_crops=3)
+    dataset = EvalVideoDataset(tmp_path / "m.txt", base_shape=GridShape(1, 4, 32), clip_sampling=ClipSampling(2),
+                               views=EvalViews(3, 3))
     assert len(dataset) == 9
     starts = [VideoFactory.frame_index(dataset[v]["video"][:, 0].numpy()) for v in (0, 3, 6)]
     assert starts == [0, 12, 23]  # room = 30 - 7 = 23, spread over 3 clips
@@ -180,7 +182,7 @@ def test_device_path_matches_worker_path_on_cpu(tmp_path: Path, frames: FrameFac
         frames.smooth(f"v{i}", num_frames=12, width=160, height=120, seed=i)
     (tmp_path / "m.txt").write_text("".join(f"v{i} {i}\n" for i in range(3)))
     workers = TrainVideoDataset(tmp_path / "m.txt")
-    encoded = TrainVideoDataset(tmp_path / "m.txt", frame_decode="device")
+    encoded = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device"))
     for crop, scales in ((112, (120, 150)), (56, (60, 75)), (28, (30, 38))):
         requests = [request(i % 3, num_frames=8, crop=crop, scales=scales, seed=10 + i) for i in range(6)]
         expected = collate_clips([workers[r] for r in requests])
@@ -214,7 +216,7 @@ def test_device_frame_decode_needs_a_frame_dataset(tmp_path: Path, videos: Video
     videos.coded("v.mp4")
     (tmp_path / "m.csv").write_text("v.mp4 0\n")
     with pytest.raises(ValueError, match="needs a frame dataset.*extract-frames"):
-        TrainVideoDataset(tmp_path / "m.csv", frame_decode="device")
+        TrainVideoDataset(tmp_path / "m.csv", ReaderSettings(frame_decode="device"))
 
 
 @pytest.mark.gpu
@@ -222,7 +224,7 @@ def test_device_frame_decode_needs_a_frame_dataset(tmp_path: Path, videos: Video
 def test_cuda_decode_matches_cpu_decode(tmp_path: Path, frames: FrameFactory) -> None:
     frames.smooth("v", num_frames=12, width=320, height=240)
     (tmp_path / "m.txt").write_text("v 0\n")
-    encoded = TrainVideoDataset(tmp_path / "m.txt", frame_decode="device")
+    encoded = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device"))
     clips: list[EncodedClip] = [encoded[request(0, 8, 112, (128, 160), seed=s)]["video"] for s in range(4)]
     on_gpu = decode_clips(clips, "cuda")
     assert on_gpu.device.type == "cuda"
@@ -242,11 +244,11 @@ def test_bad_frame_folders_are_skipped_counted_and_named(
     bad, count = frames.broken(kind)
     (tmp_path / "m.txt").write_text(f"{bad.name} 1{'' if count is None else f' {count}'}\ngood 0\n")
     req = request(0, num_frames=12, crop=32, stride=(1.0, 1.0))  # every frame, so the bad one too
-    dataset = TrainVideoDataset(tmp_path / "m.txt", frame_decode="device" if encoded else "workers")
+    dataset = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device" if encoded else "workers"))
     assert sample_clip_params(req, open_frame_folder(VideoEntry(str(good), (0,)))).frame_indices == tuple(range(12))
     sample = dataset[req]
     assert sample["index"] == 1 and sample["skipped"] == (str(bad),)
-    strict = TrainVideoDataset(tmp_path / "m.txt", strict=True, frame_decode="device" if encoded else "workers")
+    strict = TrainVideoDataset(tmp_path / "m.txt", ReaderSettings(frame_decode="device" if encoded else "workers"), strict=True)
     with pytest.raises(VideoDecodeError, match=str(bad)) as error:
         strict[req]
     if kind in ("random_bytes", "not_jpeg", "truncated"):

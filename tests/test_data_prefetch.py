@@ -23,6 +23,7 @@ from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.prefetch import THREAD_NAME, DecodeAhead
 from lightning_multigrid.data.transfer import BatchTransfer
 
@@ -48,7 +49,7 @@ def frame_dataset(tmp_path: Path, frames: FrameFactory, damaged: bool = False) -
 
 def host_batches(manifest: Path, videos: list[list[int]], strict: bool = False) -> list[dict[str, Any]]:
     """Collated JPEG batches, as the workers return them: one per list of video indices (every frame read)."""
-    dataset = TrainVideoDataset(manifest, frame_decode="device", strict=strict)
+    dataset = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"), strict=strict)
     return [
         collate_clips([dataset[ClipRequest(v, 12, 32, (1.0, 1.0), (40, 48), seed=k)] for k, v in enumerate(batch)])
         for batch in videos

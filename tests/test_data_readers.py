@@ -15,6 +15,7 @@ from lightning_multigrid.data.decoding.readers import ClipReader, InMemoryReader
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.grid import EvalViews, GridShape
 
 from conftest import VideoFactory
 
@@ -41,7 +42,7 @@ class RecordingReader:
 def test_a_reader_gets_the_entry_and_the_drawn_params_of_each_clip(synthetic_dataset: SyntheticDataset) -> None:
     manifest = load_manifest(synthetic_dataset.train_manifest)
     reader = RecordingReader(VideoFileReader())
-    dataset = TrainVideoDataset(manifest, flip=False, reader=reader)
+    dataset = TrainVideoDataset(manifest, reader, flip=False)
     default = TrainVideoDataset(manifest, flip=False)
     sample = dataset[request(3, seed=7)]
     assert torch.equal(sample["video"], default[request(3, seed=7)]["video"])
@@ -52,14 +53,14 @@ def test_a_reader_gets_the_entry_and_the_drawn_params_of_each_clip(synthetic_dat
 def test_in_memory_clips_match_decoded_clips(synthetic_dataset: SyntheticDataset) -> None:
     manifest = load_manifest(synthetic_dataset.val_manifest)
     memory = InMemoryReader(manifest.entries)
-    train = TrainVideoDataset(manifest, flip=False, reader=memory)
+    train = TrainVideoDataset(manifest, memory, flip=False)
     decoded = TrainVideoDataset(manifest, flip=False)
     for seed in range(3):
         clip, reference = train[request(seed, seed)]["video"], decoded[request(seed, seed)]["video"]
         assert clip.shape == reference.shape == (3, 4, 32, 32) and clip.dtype == torch.uint8
         # Same draw, another resampler: pixels agree up to resampling error.
         assert (clip.float() - reference.float()).abs().mean() < 8
-    evaluation = EvalVideoDataset(manifest, num_frames=4, crop_size=32, num_crops=3, reader=memory)
+    evaluation = EvalVideoDataset(manifest, memory, base_shape=GridShape(1, 4, 32), views=EvalViews(1, 3))
     assert len(evaluation) == 3 * len(manifest) and evaluation[4]["video"].shape == (3, 4, 32, 32)
 
 
@@ -70,7 +71,7 @@ def test_in_memory_reader_reports_a_bad_video_as_the_dataset_skips_it(tmp_path: 
     manifest = load_manifest(tmp_path / "m.csv")
     with pytest.raises(VideoDecodeError, match="random_bytes"):
         InMemoryReader(manifest.entries)
-    dataset = TrainVideoDataset(manifest, reader=InMemoryReader(manifest.entries[:1]))
+    dataset = TrainVideoDataset(manifest, InMemoryReader(manifest.entries[:1]))
     sample = dataset[request(1, seed=0)]
     assert sample["index"] == 0 and sample["skipped"] == (manifest.entries[1].path,)
 
@@ -91,7 +92,7 @@ def test_a_video_file_is_opened_once_per_clip_and_the_reader_still_pickles(
 
     monkeypatch.setattr(readers, "VideoReader", counting)
     manifest = load_manifest(synthetic_dataset.train_manifest)
-    dataset = TrainVideoDataset(manifest, flip=False, reader=VideoFileReader())
+    dataset = TrainVideoDataset(manifest, VideoFileReader(), flip=False)
     dataset[request(2, seed=1)]  # first visit: probed and decoded through one open
     dataset[request(2, seed=2)]  # metadata cached: one more open
     assert opened == [manifest.entries[2].path] * 2

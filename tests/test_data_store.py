@@ -21,6 +21,7 @@ from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.readers import FrameFolderReader
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.store.format import HEADER_FILE, FrameStore, choose_level, is_store
@@ -130,8 +131,8 @@ def test_device_decode_reads_the_same_encoded_clips(tmp_path: Path, frames: Fram
     manifest = smooth_manifest(tmp_path, frames, 320, 240)
     store = pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=112, workers=1, progress=False).store
     workers = TrainVideoDataset(store)
-    encoded = TrainVideoDataset(store, frame_decode="device")
-    folders = TrainVideoDataset(manifest, frame_decode="device")
+    encoded = TrainVideoDataset(store, ReaderSettings(frame_decode="device"))
+    folders = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"))
     requests = [request(i % 3, 8, 56, (64, 160), seed=i) for i in range(6)]
     batch = collate_clips([encoded[r] for r in requests])
     assert isinstance(batch["video"], EncodedBatch)
@@ -211,11 +212,11 @@ def test_a_frame_damaged_after_packing_is_a_skip_named_and_counted(
     store = pack_frames(load_manifest(tmp_path / "m.txt"), tmp_path / "s.store", crop_size=32, workers=1, progress=False).store
     damage_frame(store, video=0, frame=2)
     req = request(0, 12, 32, (46, 46), seed=0, stride=(1.0, 1.0))  # every frame, so the damaged one too
-    dataset = TrainVideoDataset(store, frame_decode=frame_decode)  # type: ignore[arg-type]
+    dataset = TrainVideoDataset(store, ReaderSettings(frame_decode=frame_decode))  # type: ignore[arg-type]
     sample = dataset[req]
     assert sample["index"] == 1 and sample["skipped"] == (str(tmp_path / "bad"),)
     with pytest.raises(VideoDecodeError, match=f"frame 3 of {tmp_path / 'bad'} .level L46"):
-        TrainVideoDataset(store, strict=True, frame_decode=frame_decode)[req]  # type: ignore[arg-type]
+        TrainVideoDataset(store, ReaderSettings(frame_decode=frame_decode), strict=True)[req]  # type: ignore[arg-type]
     report = check_videos(load_manifest(store), workers=1, progress=False)
     assert [f.path for f in report.failures] == [str(tmp_path / "bad")] and "frame 3 of" in (report.failures[0].error or "")
 

@@ -448,8 +448,8 @@ def test_use_datasets_serves_the_given_datasets(synthetic_dataset: SyntheticData
     datamodule = make_datamodule(synthetic_dataset)
     names = str(synthetic_dataset.class_names_file)
     train = TrainVideoDataset(str(synthetic_dataset.train_manifest), class_names=names, flip=False)
-    val = EvalVideoDataset(str(synthetic_dataset.val_manifest), class_names=names, num_frames=8, sampling_rate=2,
-                           short_side=32, crop_size=32)
+    val = EvalVideoDataset(str(synthetic_dataset.val_manifest), base_shape=GridShape(1, 8, 32),
+                           clip_sampling=ClipSampling(2, (32, 32)), class_names=names)
     datamodule.use_datasets(train=train, val=val)
     datamodule.setup("fit")  # keeps them: no manifest is read again
     assert datamodule.train_dataloader().dataset is train

@@ -19,10 +19,9 @@ from pytorch_lightning.callbacks import ModelCheckpoint
 from test_callback_settings import IndexRecordingNet
 from torch.utils.data import DataLoader
 
-from lightning_multigrid import ClipSampling, EpochShardSampler, FixedGrid, GridShape, ShortCycleBatchSampler
+from lightning_multigrid import ClipSampling, EpochShardSampler, GridShape, ShortCycleBatchSampler
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.resume import resume_iteration
 
 from test_callback import BASE, MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
@@ -147,34 +146,48 @@ def test_epoch_schedulers_step_after_a_last_batch_checkpoint(synthetic_dataset, 
 # ------------------------------------------------------------------ the docs' own DataModule
 
 
-class ExampleData(pl.LightningDataModule):
+def docs_datamodule() -> type[pl.LightningDataModule]:
+    """The class of docs/data.md's own-DataModule example, run as the docs print it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text(encoding="utf-8")
+    block = text.split("Or keep your own DataModule", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/data.md", "exec"), namespace)
+    return namespace["VideoData"]
+
+
+class ExampleData(docs_datamodule()):  # type: ignore[misc]
     """docs/data.md's own-DataModule example, with the base shape of these tests."""
 
     base_shape = GridShape(**{k: BASE[k] for k in ("batch_size", "num_frames", "crop_size")})
     clip_sampling = ClipSampling(sampling_rate=BASE["sampling_rate"])
 
     def __init__(self, dataset: TrainVideoDataset, skip_trained: bool = True) -> None:
-        super().__init__()
-        self.dataset = dataset
+        super().__init__(dataset, num_workers=0)
         self.skip_trained = skip_trained  # False: the example as it was before the fix
-        self.plan = FixedGrid(self.base_shape, self.clip_sampling)
-
-    # -- the example's code
-    def serve(self, plan):
-        self.plan = plan or FixedGrid(self.base_shape, self.clip_sampling)
 
     def train_dataloader(self):
+        if self.skip_trained:
+            return super().train_dataloader()
         sampler = EpochShardSampler(len(self.dataset), num_replicas=self.trainer.world_size, rank=self.trainer.global_rank)
-        batch_sampler = ShortCycleBatchSampler(
-            sampler, self.plan, start_epoch=self.trainer.current_epoch,
-            start_iteration=resume_iteration(self.trainer) if self.skip_trained else 0,
-        )
+        batch_sampler = ShortCycleBatchSampler(sampler, self.plan, start_epoch=self.trainer.current_epoch)
         return DataLoader(self.dataset, batch_sampler=batch_sampler, num_workers=0)
 
     # -- the model of these tests takes float video
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         batch["video"] = batch["video"].float() / 255
         return batch
+
+
+def test_own_datamodule_of_the_docs_trains_the_baseline_without_the_callback(synthetic_dataset, train_manifest):
+    # Nothing serves a plan without MultigridCallback: the example trains its base shape, every clip once an epoch.
+    class Batches4(ExampleData):
+        base_shape = GridShape(batch_size=4, num_frames=BASE["num_frames"], crop_size=BASE["crop_size"])
+
+    dataset = TrainVideoDataset(str(train_manifest), root=str(synthetic_dataset.root), flip=False)
+    model = run(Batches4(dataset), max_epochs=2)
+    assert [s["shape"] for s in model.steps] == [(4, 3, BASE["num_frames"], BASE["crop_size"], BASE["crop_size"])] * 16
+    for epoch in (0, 1):
+        assert sorted(i for s in model.steps if s["epoch"] == epoch for i in s["index"]) == list(range(32))
 
 
 @pytest.mark.parametrize("skip_trained", [True, False])

@@ -29,6 +29,8 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
+
 __all__ = [
     "ClipParams",
     "assemble_clip",
@@ -38,6 +40,7 @@ __all__ = [
     "check_clip_params",
     "check_request",
     "eval_clip_params",
+    "eval_short_side",
     "frame_indices",
     "resized_size",
     "sample_clip_params",
@@ -175,63 +178,54 @@ def sample_clip_params(request: ClipRequest, metadata: ClipSource, flip: bool = 
     return ClipParams(indices, width, height, crop_x, crop_y, crop, flipped and flip)
 
 
+def eval_short_side(base_shape: GridShape, clip_sampling: ClipSampling) -> int:
+    """The evaluation short side in pixels before the crop: the minimum training short side at the base crop."""
+    return clip_sampling.scales_for_base(base_shape.crop_size)[0]
+
+
 def eval_clip_params(
     metadata: ClipSource,
-    num_frames: int,
-    sampling_rate: float,
-    short_side: int,
-    crop_size: int,
+    base_shape: GridShape,
+    clip_sampling: ClipSampling,
+    views: EvalViews,
     temporal_index: int = 0,
-    num_views: int = 1,
     spatial_index: int = 0,
-    num_crops: int = 1,
 ) -> ClipParams:
     """A deterministic view for validation and test (PySlowFast's multi-view testing).
 
-    Temporal clip ``i`` of ``n = num_views`` starts at ``round(i * d / (n - 1))`` (at ``d // 2`` when
-    ``n == 1``), ``d = max(N - span, 0)``: clips spread uniformly from start to end. Spatially the
-    short side is resized to ``short_side``; one crop is centred, three crops are at the start,
-    centre and end of the long side (centred on the short side).
+    Temporal clip ``i`` of ``n = views.num_views`` starts at ``round(i * d / (n - 1))`` (at ``d // 2``
+    when ``n == 1``), ``d = max(N - span, 0)``: clips spread uniformly from start to end. Spatially the
+    short side is resized to :func:`eval_short_side`; one crop is centred, three crops are at the
+    start, centre and end of the long side (centred on the short side).
 
     Args:
         metadata: the video.
-        num_frames: frames per clip ``T``.
-        sampling_rate: frame stride in source frames.
-        short_side: short side in pixels before cropping (``>= crop_size``).
-        crop_size: square crop in pixels.
+        base_shape: the base shape: ``num_frames`` frames per clip, square ``crop_size`` crops.
+        clip_sampling: the base frame stride ``sampling_rate`` and the ``jitter_scales`` whose minimum
+            is the short side (at least the crop: ``ClipSampling.check_fits``, as ``FixedGrid`` and
+            :class:`~lightning_multigrid.data.dataset.EvalVideoDataset` check it).
+        views: temporal clips and spatial crops per video.
         temporal_index: 0-based temporal clip.
-        num_views: temporal clips per video.
         spatial_index: 0-based spatial crop.
-        num_crops: spatial crops per clip, 1 or 3 (checked by
-            :class:`~lightning_multigrid.data.dataset.EvalVideoDataset`, their owner).
 
     Raises:
-        ValueError: on out-of-range indices or sizes.
+        ValueError: on out-of-range indices.
     """
-    if num_views < 1 or not 0 <= temporal_index < num_views:
-        raise ValueError(
-            f"`temporal_index` must be in [0, {num_views}) with `num_views` >= 1, got {temporal_index!r}."
-        )
-    if not 0 <= spatial_index < num_crops:
-        raise ValueError(f"`spatial_index` must be in [0, {num_crops}), got {spatial_index!r}.")
-    if num_frames < 1 or not sampling_rate > 0:
-        raise ValueError(
-            f"`num_frames` must be >= 1 and `sampling_rate` > 0, got {num_frames!r} and {sampling_rate!r}."
-        )
-    if short_side < crop_size:
-        raise ValueError(
-            f"`short_side`={short_side} is smaller than `crop_size`={crop_size}: the crop would not fit."
-        )
+    if not 0 <= temporal_index < views.num_views:
+        raise ValueError(f"`temporal_index` must be in [0, {views.num_views}), got {temporal_index!r}.")
+    if not 0 <= spatial_index < views.num_crops:
+        raise ValueError(f"`spatial_index` must be in [0, {views.num_crops}), got {spatial_index!r}.")
+    num_frames, crop_size, sampling_rate = base_shape.num_frames, base_shape.crop_size, clip_sampling.sampling_rate
     span = span_frames(num_frames, sampling_rate)
     room = max(metadata.num_frames - span, 0)
-    if num_views == 1:
+    if views.num_views == 1:
         start = room // 2
     else:
-        start = round(temporal_index * room / (num_views - 1))
+        start = round(temporal_index * room / (views.num_views - 1))
     indices = frame_indices(metadata.num_frames, num_frames, sampling_rate, start)
-    width, height = resized_size(metadata.width, metadata.height, short_side)
+    width, height = resized_size(metadata.width, metadata.height, eval_short_side(base_shape, clip_sampling))
     centre_x, centre_y = (width - crop_size) // 2, (height - crop_size) // 2
-    if num_crops == 1 or spatial_index == 1:
+    if views.num_crops == 1 or spatial_index == 1:
         x, y = centre_x, centre_y
     elif width >= height:
         x, y = (0 if spatial_index == 0 else width - crop_size), centre_y

@@ -3,9 +3,12 @@
 A Lightning shell, hooks plus state. It owns the base grid (:attr:`base_shape`, :attr:`clip_sampling`)
 and always serves a plan (:class:`~lightning_multigrid.grid.GridPlan`): the baseline's
 :class:`~lightning_multigrid.grid.FixedGrid`, or the multigrid schedule that ``MultigridCallback``
-builds from that base grid and hands over with :meth:`serve`. Loaders are built by
-:mod:`~lightning_multigrid.data.loaders`: on one process one train loader serves every grid, so its
-persistent workers live through the whole fit; under DDP a loader lasts one cycle of grids.
+builds from that base grid and hands over with :meth:`serve`. The datasets are read from the
+manifests by :mod:`~lightning_multigrid.data.splits`, each on a reader built once from the decoder
+settings (:class:`~lightning_multigrid.data.decoding.settings.ReaderSettings`, :attr:`reader_settings`).
+Loaders are built by :mod:`~lightning_multigrid.data.loaders` and kept by
+:mod:`~lightning_multigrid.data.served_loaders`: on one process one train loader serves every grid, so
+its persistent workers live through the whole fit; under DDP a loader lasts one cycle of grids.
 Clips leave the workers as uint8 ``(N, C, T, H, W)`` (or JPEG bytes, decoded on the device ahead of
 the step by :mod:`~lightning_multigrid.data.prefetch`); :meth:`on_after_batch_transfer` turns them
 into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
@@ -14,7 +17,6 @@ into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Literal
 
 import pytorch_lightning as pl
@@ -22,37 +24,22 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch, shutdown_loader_workers
+from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
-    check_eval_classes,
     check_store_fits,
     check_synthetic_arguments,
     check_synthetic_format,
-    existing_manifest,
 )
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
-from lightning_multigrid.data.decoding.frame_names import FrameLayout
-from lightning_multigrid.data.decoding.readers import check_frame_decode
-from lightning_multigrid.data.loaders import (
-    CachedLoader,
-    LoaderKey,
-    LoaderSettings,
-    build_eval_loader,
-    build_train_loader,
-)
-from lightning_multigrid.data.manifests.classes import align_classes
-from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind, check_manifest_kind
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.loaders import LoaderKey, LoaderSettings
+from lightning_multigrid.data.manifests.entries import ManifestKind, check_manifest_kind
 from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
-from lightning_multigrid.data.synthetic import (
-    ensure_synthetic_dataset,
-    ensure_synthetic_stores,
-    synthetic_files,
-    synthetic_store_files,
-)
-from lightning_multigrid.data.tools.pack import store_levels
+from lightning_multigrid.data.served_loaders import ServedLoaders
+from lightning_multigrid.data.splits import SplitBuilder
+from lightning_multigrid.data.synthetic import SyntheticSource
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
@@ -179,11 +166,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
         self.eval_views = EvalViews(num_views, num_crops)
         self._transfer = BatchTransfer(mean, std, slowfast_alpha, strict)
-        self._loader_settings = LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
-        FrameLayout(filename_tmpl, allow_frame_gaps)  # validates both before any file is read
+        self._loaders = ServedLoaders(
+            LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
+        )
+        # The decoder settings, whole; the readers are built from them in `setup`.
+        self.reader_settings = ReaderSettings(
+            metadata_file=metadata_file, frame_decode=frame_decode, filename_tmpl=filename_tmpl,
+            allow_frame_gaps=allow_frame_gaps,
+        )
         check_bool("flip", flip, allow_none=True)
         check_manifest_kind(manifest_kind)
-        check_frame_decode(frame_decode)
         check_int("decode_ahead", decode_ahead, 0)
         if decode_ahead > 2:
             raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
@@ -194,29 +186,20 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 test_manifest=test_manifest, root_dir=root_dir, class_names=class_names,
             )
         jitter_scales = self.clip_sampling.jitter_scales  # save_hyperparameters() records the int pair
-
+        self._synthetic = None if synthetic_dir is None else SyntheticSource(
+            synthetic_dir, (int(synthetic_size[0]), int(synthetic_size[1])), synthetic_texture_cell, synthetic_format
+        )
         self.train_manifest, self.val_manifest, self.test_manifest = train_manifest, val_manifest, test_manifest
         self.root_dir, self.class_names = root_dir, class_names
-        self.synthetic_dir, self.synthetic_texture_cell = synthetic_dir, synthetic_texture_cell
-        self.synthetic_size = (int(synthetic_size[0]), int(synthetic_size[1]))
-        self.synthetic_format = synthetic_format
-        self.flip, self.seed, self.metadata_file, self.frame_decode = flip, seed, metadata_file, frame_decode
-        self.decode_ahead = decode_ahead
-        self.filename_tmpl, self.allow_frame_gaps, self.manifest_kind = filename_tmpl, allow_frame_gaps, manifest_kind
+        self.flip, self.seed, self.decode_ahead, self.manifest_kind = flip, seed, decode_ahead, manifest_kind
         self.save_hyperparameters()
-        if synthetic_dir is not None:  # the built-in dataset's files stand in for the manifests
-            self.train_manifest, self.val_manifest, self.class_names = synthetic_files(synthetic_dir)
-            if synthetic_format == "store":  # packed in prepare_data; a store holds its class names
-                level = store_levels(crop_size, jitter_scales)[0]
-                (self.train_manifest, self.val_manifest), self.class_names = synthetic_store_files(synthetic_dir, level), None
+        if self._synthetic is not None:  # the built-in dataset's files stand in for the manifests
+            self.train_manifest, self.val_manifest, self.class_names = self._synthetic.manifests(crop_size, jitter_scales)
 
         self._plan: GridPlan = self._baseline
         self._train_dataset: TrainVideoDataset | None = None
         self._val_dataset: EvalVideoDataset | None = None
         self._test_dataset: EvalVideoDataset | None = None
-        self._train_loader = CachedLoader()
-        self._precise_bn_loader = CachedLoader()
-        self._eval_loaders: dict[tuple[str, int, int], DataLoader[Any]] = {}
         self._skipped: dict[str, None] = {}  # insertion-ordered set of paths
         self._saved_served: dict[str, Any] | None = None  # what a loaded checkpoint's run served
 
@@ -250,11 +233,8 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             )
         base = dataclasses.replace(self.base_shape, batch_size=value)  # checks the value, naming it
         self._baseline = self._plan = FixedGrid(base, self.clip_sampling)
-        self._loader_settings = dataclasses.replace(self._loader_settings, batch_size=value)
+        self._loaders.reset(dataclasses.replace(self._loaders.settings, batch_size=value))
         self.hparams["batch_size"] = value
-        self._train_loader.clear()
-        self._precise_bn_loader.clear()
-        self._eval_loaders.clear()
         if self.trainer is not None:
             # The finder sets the first size after the fit loop built its loader: build it again.
             drop_train_loader(self.trainer)
@@ -283,7 +263,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         plan = self._baseline if plan is None else plan
         self._check_batches_left(plan)
         self._plan = plan
-        self._train_loader.clear()
+        self._loaders.forget_train()
 
     @property
     def skipped_videos(self) -> int:
@@ -314,7 +294,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest = self.train_manifest or self.val_manifest
         if manifest is None:
             raise ValueError("`num_classes` needs a `train_manifest` or `val_manifest`.")
-        return load_manifest(manifest, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind).num_classes
+        return self._splits().manifest(manifest).num_classes
 
     def use_datasets(
         self,
@@ -329,14 +309,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """
         if train is not None:
             self._train_dataset = train
-            self._train_loader.close()
-            self._precise_bn_loader.close()
+            self._loaders.close_train()
         if val is not None:
             self._val_dataset = val
-            self._drop_eval_loaders("val")
+            self._loaders.close_eval("val")
         if test is not None:
             self._test_dataset = test
-            self._drop_eval_loaders("test")
+            self._loaders.close_eval("test")
 
     # ------------------------------------------------------------------ Lightning hooks
 
@@ -356,32 +335,20 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 class (naming file and line).
         """
         self._prepare_synthetic()
+        splits = self._splits()
         if stage == "fit":
             self._saved_served = None  # a checkpoint's state, if any, is loaded after setup
             if self._train_dataset is None:
-                path = existing_manifest("train_manifest", self.train_manifest)
-                self._train_dataset = TrainVideoDataset(
-                    path,
-                    root=self.root_dir,
-                    class_names=self.class_names,
-                    flip=self.synthetic_dir is None if self.flip is None else self.flip,
-                    strict=self._transfer.strict,
-                    slowfast_alpha=self.slowfast_alpha,
-                    metadata_file=self.metadata_file,
-                    frame_decode=self.frame_decode,
-                    filename_tmpl=self.filename_tmpl,
-                    allow_frame_gaps=self.allow_frame_gaps,
-                    manifest_kind=self.manifest_kind,
-                )
+                self._train_dataset = splits.train(self._synthetic is None if self.flip is None else self.flip)
             largest = self.clip_sampling.scales_for_base(self.base_shape.crop_size)[1]
             check_store_fits(self._train_dataset.reader, "train_manifest", largest, "the `jitter_scales` maximum")
             if self._val_dataset is not None or self.val_manifest is not None:  # else no validation
-                self._val_dataset = self._checked_eval(self._val_dataset, "val_manifest", self._train_dataset.manifest)
+                self._val_dataset = splits.evaluation(self._val_dataset, "val", self._train_dataset)
             self._check_batches_left(self._plan)
         elif stage == "validate":
-            self._val_dataset = self._checked_eval(self._val_dataset, "val_manifest", self._training_manifest())
+            self._val_dataset = splits.evaluation(self._val_dataset, "val", self._train_dataset)
         elif stage == "test":
-            self._test_dataset = self._checked_eval(self._test_dataset, "test_manifest", self._training_manifest())
+            self._test_dataset = splits.evaluation(self._test_dataset, "test", self._train_dataset)
         else:
             raise ValueError(f"MultigridVideoDataModule supports fit, validate and test, got stage {stage!r}.")
 
@@ -406,7 +373,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 start_iteration=start,
             )
         key = LoaderKey(cycle, rank, world_size, (epoch, start) if start else None)
-        return self._clip_loader(self._train_loader, key, self._plan, self.seed, start, self._decode_ahead())
+        return self._loaders.train(
+            self._require_train(), self._plan, key, epoch=epoch, seed=self.seed, start_iteration=start,
+            decode_ahead=self._decode_ahead(),
+        )
 
     @override
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
@@ -415,20 +385,23 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             if self.val_manifest is None:
                 return []
             raise RuntimeError("`val_dataloader()` needs `setup('fit')` or `setup('validate')` first.")
-        return self._eval_loader("val", self._val_dataset)
+        return self._loaders.evaluation("val", self._val_dataset, *self._rank_and_world_size())
 
     @override
     def test_dataloader(self) -> DataLoader[Any]:
         """Baseline-shape views of the test manifest (default: the validation manifest)."""
         if self._test_dataset is None:
             raise RuntimeError("`test_dataloader()` needs `setup('test')` first.")
-        return self._eval_loader("test", self._test_dataset)
+        return self._loaders.evaluation("test", self._test_dataset, *self._rank_and_world_size())
 
     def precise_bn_dataloader(self) -> DataLoader[Any]:
         """Augmented training clips at the base shape for precise BatchNorm; one loader, set to the current epoch."""
         rank, world_size = self._rank_and_world_size()
         # Another seed, so these clips are not the ones training draws in the same epoch.
-        return self._clip_loader(self._precise_bn_loader, LoaderKey(None, rank, world_size), self._baseline, self.seed + 1)
+        return self._loaders.precise_bn(
+            self._require_train(), self._baseline, LoaderKey(None, rank, world_size), epoch=self._current_epoch(),
+            seed=self.seed + 1,
+        )
 
     @override
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
@@ -450,10 +423,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         Left to the garbage collector, a loader's persistent workers may be shut down from inside a
         worker of the next fit (``compare`` runs two), where torch fails with a traceback.
         """
-        self._train_loader.close()
-        self._precise_bn_loader.close()
-        for split in {key[0] for key in self._eval_loaders}:
-            self._drop_eval_loaders(split)
+        self._loaders.close()
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -470,87 +440,26 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ helpers
 
-    def _clip_loader(
-        self, cache: CachedLoader, key: LoaderKey, plan: GridPlan, seed: int, start: int = 0,
-        decode_ahead: DecodeAhead | None = None,
-    ) -> DataLoader[Any]:
-        dataset, epoch = self._require_train(), self._current_epoch()
-        return cache.get(key, epoch, lambda: build_train_loader(
-            dataset, plan, self._loader_settings, epoch=epoch, rank=key.rank, world_size=key.world_size, seed=seed,
-            start_iteration=start, decode_ahead=decode_ahead,
-        ))
-
     def _decode_ahead(self) -> DecodeAhead | None:
         """The training loader's decode-ahead thread, on the strategy's device; ``None`` when decoding is serial
         (``decode_ahead=0``), done by the workers, or there is no Trainer (then ``on_after_batch_transfer`` decodes)."""
         strategy = getattr(self.trainer, "strategy", None)
-        if self.frame_decode != "device" or not self.decode_ahead or strategy is None:
+        if self.reader_settings.frame_decode != "device" or not self.decode_ahead or strategy is None:
             return None
         return DecodeAhead(self._transfer.decode, strategy.root_device, self.decode_ahead)
 
-    def _eval_loader(self, split: str, dataset: EvalVideoDataset) -> DataLoader[Any]:
-        rank, world_size = self._rank_and_world_size()
-        key = (split, rank, world_size)
-        if key not in self._eval_loaders:
-            self._eval_loaders[key] = build_eval_loader(dataset, self._loader_settings, rank=rank, world_size=world_size)
-        return self._eval_loaders[key]
-
-    def _checked_eval(self, dataset: EvalVideoDataset | None, argument: str, training: Manifest | None) -> EvalVideoDataset:
-        """The split's dataset (read from its manifest if not there yet), its classes checked against
-        training's; ``test_manifest`` defaults to the validation manifest."""
-        if argument == "test_manifest" and self.test_manifest is None:
-            argument = "val_manifest"
-        if dataset is None:
-            path = existing_manifest(argument, getattr(self, argument))
-            dataset = self._eval_dataset(argument, path, training)
-        if training is not None:
-            check_eval_classes(training, dataset.manifest, argument)
-        return dataset
-
-    def _eval_dataset(self, argument: str, path: str, training: Manifest | None) -> EvalVideoDataset:
-        """The evaluation views of a manifest, its classes mapped onto the training classes
-        (:func:`~lightning_multigrid.data.manifests.classes.align_classes`): training owns them."""
-        names: str | tuple[str, ...] | None = None
-        if not Path(path).is_dir():  # a folder per class names its own classes
-            # Without a class-names file, labels written as names read as the training classes.
-            names = self.class_names or (training.class_names if training is not None else None)
-        manifest = load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
-        base, sampling = self.base_shape, self.clip_sampling
-        dataset = EvalVideoDataset(
-            manifest if training is None else align_classes(manifest, training, argument),
-            num_frames=base.num_frames,
-            crop_size=base.crop_size,
-            sampling_rate=sampling.sampling_rate,
-            short_side=sampling.scales_for_base(base.crop_size)[0],  # the minimum training short side
-            num_views=self.eval_views.num_views,
-            num_crops=self.eval_views.num_crops,
-            strict=self._transfer.strict,
-            slowfast_alpha=self.slowfast_alpha,
-            metadata_file=self.metadata_file,
-            frame_decode=self.frame_decode,
-            filename_tmpl=self.filename_tmpl,
-            allow_frame_gaps=self.allow_frame_gaps,
+    def _splits(self) -> SplitBuilder:
+        """How the splits are read, from the arguments as they are now (``synthetic_dir`` sets the manifests)."""
+        manifests = {"train_manifest": self.train_manifest, "val_manifest": self.val_manifest,
+                     "test_manifest": self.test_manifest}
+        return SplitBuilder(
+            manifests, self.root_dir, self.class_names, self.manifest_kind, self.reader_settings, self._transfer.strict,
+            self.slowfast_alpha, self._baseline, self.eval_views,
         )
-        check_store_fits(dataset.reader, argument, dataset.short_side, "the evaluation short side")
-        return dataset
-
-    def _training_manifest(self) -> Manifest | None:
-        """The owner of the class facts: the training set's manifest, read if not set up; ``None`` without one."""
-        if self._train_dataset is not None:
-            return self._train_dataset.manifest
-        if self.train_manifest is None:
-            return None
-        path = existing_manifest("train_manifest", self.train_manifest)
-        return load_manifest(path, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind)
-
-    def _drop_eval_loaders(self, split: str) -> None:
-        """Forget ``split``'s loaders, their workers stopped now (as :meth:`teardown` does), not at garbage collection."""
-        for key in [key for key in self._eval_loaders if key[0] == split]:
-            shutdown_loader_workers(self._eval_loaders.pop(key))
 
     def _check_batches_left(self, plan: GridPlan) -> None:
         """With ``drop_last``, refuse a plan with an epoch of 0 batches (it would end the run there)."""
-        if not self._loader_settings.drop_last or self._train_dataset is None:
+        if not self._loaders.settings.drop_last or self._train_dataset is None:
             return
         _, world_size = self._rank_and_world_size()
         check_drop_last(plan, len(self._train_dataset), world_size)
@@ -580,11 +489,5 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         return self._train_dataset
 
     def _prepare_synthetic(self) -> None:
-        if self.synthetic_dir is not None:
-            num_train, num_val = self.synthetic_size
-            ensure_synthetic_dataset(
-                self.synthetic_dir, num_train=num_train, num_val=num_val, seed=self.seed,
-                texture_cell=self.synthetic_texture_cell,
-            )
-            if self.synthetic_format == "store":
-                ensure_synthetic_stores(self.synthetic_dir, self.base_shape.crop_size, self.clip_sampling.jitter_scales)
+        if self._synthetic is not None:  # packed frame stores are made for the base crop
+            self._synthetic.prepare(self.seed, self.base_shape.crop_size, self.clip_sampling.jitter_scales)

@@ -5,8 +5,10 @@
 :class:`EvalVideoDataset` by an integer over ``(video, view)`` pairs at the baseline shape.
 Both reach their pixels through a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`:
 encoded video files (PyAV), frame datasets (a folder of JPEG frames per video) or a packed frame
-store (:mod:`~lightning_multigrid.data.store`) by default (chosen from the manifest), or one you pass
-(``reader=``, e.g. an in-memory one); every reader gets the same clip parameters from the same seeds.
+store (:mod:`~lightning_multigrid.data.store`), the one the manifest's format asks for, built by
+:meth:`ReaderSettings.reader_for <lightning_multigrid.data.decoding.settings.ReaderSettings.reader_for>`
+(the DataModule builds it from its arguments); or one you pass (e.g. an in-memory one). Every reader
+gets the same clip parameters from the same seeds.
 
 Samples are dicts of uint8 video and labels; conversion to float and normalisation belong on the
 device after the transfer (4x fewer bytes through worker queues and the host-to-device copy)::
@@ -43,30 +45,25 @@ from lightning_multigrid.data.clip_params import (
     ClipRequest,
     ClipSource,
     eval_clip_params,
+    eval_short_side,
     sample_clip_params,
 )
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
-from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip
-from lightning_multigrid.data.decoding.readers import (
-    ClipReader,
-    FrameDecode,
-    FrameFolderReader,
-    VideoFileReader,
-    check_frame_decode,
-)
-from lightning_multigrid.data.decoding.video import Interpolation
+from lightning_multigrid.data.decoding.readers import ClipReader
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.skips import report_skip
-from lightning_multigrid.data.store.reader import PackedFrameReader
-from lightning_multigrid.grid import EvalViews, default_jitter_scales
+from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
 
 __all__ = ["EvalVideoDataset", "TrainVideoDataset", "collate_clips"]
 
 Sample = dict[str, Any]
+_DEFAULT_SETTINGS = ReaderSettings()
+_STRIDE_1, _ONE_VIEW = ClipSampling(), EvalViews()
 
 
 class _VideoDataset:
@@ -74,40 +71,25 @@ class _VideoDataset:
 
     def __init__(
         self,
-        manifest: str | os.PathLike[str] | Manifest,
-        root: str | os.PathLike[str] | None,
-        class_names: str | os.PathLike[str] | Sequence[str] | None,
+        manifest: Manifest,
+        reader: ClipReader | ReaderSettings | None,
+        *,
         strict: bool,
         slowfast_alpha: int | None,
-        metadata_file: str | os.PathLike[str] | None,
         max_replacements: int,
-        interpolation: Interpolation,
-        frame_decode: FrameDecode,
-        filename_tmpl: str | None,
-        allow_frame_gaps: bool,
-        manifest_kind: ManifestKind,
-        reader: ClipReader | None,
     ) -> None:
-        check_frame_decode(frame_decode)
-        layout = FrameLayout(filename_tmpl, allow_frame_gaps)
-        self.manifest = load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind)
-        layout.check_applies(self.manifest.format, self.manifest.source)
-        if frame_decode == "device" and self.manifest.format == "video":
-            raise ValueError(
-                f"`frame_decode='device'` needs a frame dataset, but {self.manifest.source} lists video files: "
-                "convert it with `lightning-multigrid extract-frames`, or decode in the workers."
-            )
         check_positive_int("slowfast_alpha", slowfast_alpha, allow_none=True)
         check_bool("strict", strict)
         if max_replacements < 1:
             raise ValueError(f"`max_replacements` must be >= 1, got {max_replacements!r}.")
+        self.manifest = manifest
         self.strict = strict
         self.slowfast_alpha = slowfast_alpha
         self.max_replacements = max_replacements
-        if reader is None:
-            reader = _default_reader(self.manifest, layout, frame_decode, metadata_file, interpolation)
+        if reader is None or isinstance(reader, ReaderSettings):
+            reader = (reader or _DEFAULT_SETTINGS).reader_for(manifest)
         # Per process: each DataLoader worker gets (and fills) its own copy of the reader's caches.
-        self.reader = reader
+        self.reader: ClipReader = reader
         self._failed: dict[int, str] = {}
 
     @property
@@ -194,18 +176,6 @@ class _VideoDataset:
         return {"video": clip, "label": self.target(index), "index": index, "skipped": skipped}
 
 
-def _default_reader(
-    manifest: Manifest, layout: FrameLayout, frame_decode: FrameDecode, metadata_file: str | os.PathLike[str] | None,
-    interpolation: Interpolation,
-) -> ClipReader:
-    """The reader a manifest's format asks for: video files, frame folders or a packed frame store."""
-    if manifest.format == "store":
-        return PackedFrameReader(manifest.source, frame_decode)
-    if manifest.format == "frames":
-        return FrameFolderReader(layout, frame_decode)
-    return VideoFileReader(metadata_file, interpolation)
-
-
 class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
     """Training clips decoded straight to the grid of each :class:`ClipRequest`.
 
@@ -213,34 +183,24 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         manifest: a manifest file (``path label`` lines), a folder with one sub-folder per
             class, a packed frame store's folder (``lightning-multigrid pack-frames``), or a
             :class:`~lightning_multigrid.data.manifests.videos.Manifest`.
+        reader: where clips come from: a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`
+            (e.g. an :class:`~lightning_multigrid.data.decoding.readers.InMemoryReader`, or the one
+            :meth:`ReaderSettings.reader_for <lightning_multigrid.data.decoding.settings.ReaderSettings.reader_for>`
+            builds), or the :class:`~lightning_multigrid.data.decoding.settings.ReaderSettings` to
+            build the manifest's reader with (video files, frame folders or a packed store); default
+            that reader with the default settings.
         root: directory the manifest's paths are relative to (default: the manifest's).
         class_names: class-names file or names, for labels written as names.
         flip: random horizontal flips; turn off when labels depend on direction.
         strict: raise on an undecodable video instead of replacing it.
         slowfast_alpha: return ``[slow, fast]`` pathways, slow taking every ``alpha``-th frame.
-        metadata_file: precomputed metadata (``check-data --write-metadata``) to skip probing.
         max_replacements: replacements to try before giving up on a sample.
-        interpolation: swscale resize filter (video files; frames are resized bilinearly).
-        frame_decode: frame datasets: ``"workers"`` (default) decodes the JPEGs here; ``"device"``
-            returns the clip's JPEG bytes and parameters
-            (:class:`~lightning_multigrid.data.decoding.frames.EncodedClip`) for decoding on the device
-            (:func:`~lightning_multigrid.data.decoding.device.decode_clips`), as the DataModule's
-            ``frame_decode``.
-        filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"`` or
-            ``"{video}_{:06d}.jpg"``; ``None`` detects each folder's
-            (:mod:`~lightning_multigrid.data.decoding.frame_names`). Other files are never read as frames.
-        allow_frame_gaps: frame datasets: read folders whose frame numbers skip as consecutive
-            frames, instead of skipping them as bad videos.
         manifest_kind: ``"video"`` or ``"frames"``; default ``"auto"`` tells from the content.
-        reader: where clips come from (:class:`~lightning_multigrid.data.decoding.readers.ClipReader`,
-            e.g. an :class:`~lightning_multigrid.data.decoding.readers.InMemoryReader`); default a
-            video-file or frame-folder reader for the manifest, built from ``metadata_file``,
-            ``interpolation``, ``frame_decode``, ``filename_tmpl`` and ``allow_frame_gaps``, which
-            a reader you pass replaces.
 
     Raises:
         FileNotFoundError: when the manifest, root or metadata file does not exist.
         ManifestError: when the manifest is malformed or empty.
+        ValueError: when the reader settings do not fit the manifest (frame settings for video files).
 
     Example::
 
@@ -248,28 +208,25 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
         request = ClipRequest(index=0, num_frames=8, crop_size=112, sampling_rate_range=(2.0, 4.0),
                               scale_range=(128, 160), seed=1234)
         dataset[request]["video"].shape      # torch.Size([3, 8, 112, 112]), uint8
+        frames = TrainVideoDataset("frames/train.txt", ReaderSettings(frame_decode="device"))
     """
 
     def __init__(
         self,
         manifest: str | os.PathLike[str] | Manifest,
+        reader: ClipReader | ReaderSettings | None = None,
+        *,
         root: str | os.PathLike[str] | None = None,
         class_names: str | os.PathLike[str] | Sequence[str] | None = None,
         flip: bool = True,
         strict: bool = False,
         slowfast_alpha: int | None = None,
-        metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
-        interpolation: Interpolation = "BILINEAR",
-        frame_decode: FrameDecode = "workers",
-        filename_tmpl: str | None = None,
-        allow_frame_gaps: bool = False,
         manifest_kind: ManifestKind = "auto",
-        reader: ClipReader | None = None,
     ) -> None:
         super().__init__(
-            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            frame_decode, filename_tmpl, allow_frame_gaps, manifest_kind, reader,
+            load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind), reader, strict=strict,
+            slowfast_alpha=slowfast_alpha, max_replacements=max_replacements,
         )
         self.flip = check_bool("flip", flip)
 
@@ -305,81 +262,80 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
 
 
 class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
-    """Validation / test views at the baseline shape: ``num_views x num_crops`` clips per video.
+    """Validation / test views at the base shape: ``num_views x num_crops`` clips per video.
 
     Item ``i`` is view ``i % clips_per_video`` of video ``i // clips_per_video``; view ``v`` is
-    temporal clip ``v // num_crops``, spatial crop ``v % num_crops``. Samples carry ``"index"``
+    temporal clip ``v // num_crops``, spatial crop ``v % num_crops``
+    (:func:`~lightning_multigrid.data.clip_params.eval_clip_params`). Samples carry ``"index"``
     (video) and ``"view"`` so predictions can be averaged per video. An undecodable video is
     replaced by another video's same view (tagged with that video's index), so it gets no
     predictions and the replacement's one view counts twice.
 
     Args:
         manifest: as :class:`TrainVideoDataset`.
-        num_frames: frames per clip (baseline ``T``).
-        crop_size: square crop in pixels (baseline ``S``).
-        sampling_rate: frame stride in source frames (baseline ``tau``).
-        short_side: short side before the crop; default ``round(crop_size * 256 / 224)``.
-        num_views: uniform temporal clips per video (the DataModule's ``num_views``).
-        num_crops: spatial crops per clip: 1 (centre) or 3 (both ends and centre of the long side).
+        reader: as :class:`TrainVideoDataset`.
+        base_shape: the base shape: frames per clip ``T`` and square crop ``S`` in pixels (its
+            ``batch_size`` is the loader's business).
+        clip_sampling: the base frame stride ``tau``; the short side before the crop is the minimum
+            of its jitter scales at the base crop (the minimum training short side; default
+            ``round(crop_size * 256 / 224)``).
+        views: temporal clips (uniformly spread) and spatial crops (1: centre; 3: both ends and
+            centre of the long side) per video.
         root: as :class:`TrainVideoDataset`.
         class_names: as :class:`TrainVideoDataset`.
         strict: as :class:`TrainVideoDataset`.
         slowfast_alpha: as :class:`TrainVideoDataset`.
-        metadata_file: as :class:`TrainVideoDataset`.
         max_replacements: as :class:`TrainVideoDataset`.
-        interpolation: as :class:`TrainVideoDataset`.
-        frame_decode: as :class:`TrainVideoDataset`.
-        filename_tmpl: as :class:`TrainVideoDataset`.
-        allow_frame_gaps: as :class:`TrainVideoDataset`.
         manifest_kind: as :class:`TrainVideoDataset`.
-        reader: as :class:`TrainVideoDataset`.
+
+    Raises:
+        TypeError: when ``base_shape``, ``clip_sampling`` or ``views`` is not a grid value.
+        ValueError: when the short side is smaller than the crop.
+
+    Example::
+
+        views = EvalVideoDataset("data/val.csv", base_shape=GridShape(8, 16, 112),
+                                 clip_sampling=ClipSampling(sampling_rate=4), views=EvalViews(num_views=3))
     """
 
     def __init__(
         self,
         manifest: str | os.PathLike[str] | Manifest,
-        num_frames: int,
-        crop_size: int,
-        sampling_rate: float = 1,
-        short_side: int | None = None,
-        num_views: int = 1,
-        num_crops: int = 1,
+        reader: ClipReader | ReaderSettings | None = None,
+        *,
+        base_shape: GridShape,
+        clip_sampling: ClipSampling = _STRIDE_1,
+        views: EvalViews = _ONE_VIEW,
         root: str | os.PathLike[str] | None = None,
         class_names: str | os.PathLike[str] | Sequence[str] | None = None,
         strict: bool = False,
         slowfast_alpha: int | None = None,
-        metadata_file: str | os.PathLike[str] | None = None,
         max_replacements: int = 20,
-        interpolation: Interpolation = "BILINEAR",
-        frame_decode: FrameDecode = "workers",
-        filename_tmpl: str | None = None,
-        allow_frame_gaps: bool = False,
         manifest_kind: ManifestKind = "auto",
-        reader: ClipReader | None = None,
     ) -> None:
-        check_positive_int("num_frames", num_frames)
-        check_positive_int("crop_size", crop_size)
-        EvalViews(num_views, num_crops)  # the one check of the views (names the argument)
-        if not sampling_rate > 0:
-            raise ValueError(f"`sampling_rate` must be > 0, got {sampling_rate!r}.")
-        short_side = default_jitter_scales(crop_size)[0] if short_side is None else short_side
-        if short_side < crop_size:
-            raise ValueError(f"`short_side`={short_side} must be >= `crop_size`={crop_size}.")
+        for name, value, kind in (
+            ("base_shape", base_shape, GridShape), ("clip_sampling", clip_sampling, ClipSampling), ("views", views, EvalViews)
+        ):
+            if not isinstance(value, kind):
+                raise TypeError(f"`{name}` must be a {kind.__name__}, got {value!r}.")
+        clip_sampling.check_fits(base_shape.crop_size)  # the evaluation short side is the jitter minimum
         super().__init__(
-            manifest, root, class_names, strict, slowfast_alpha, metadata_file, max_replacements, interpolation,
-            frame_decode, filename_tmpl, allow_frame_gaps, manifest_kind, reader,
+            load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind), reader, strict=strict,
+            slowfast_alpha=slowfast_alpha, max_replacements=max_replacements,
         )
-        self.num_frames = num_frames
-        self.crop_size = crop_size
-        self.sampling_rate = sampling_rate
-        self.short_side = short_side
-        self.num_views = num_views
-        self.num_crops = num_crops
+        self.base_shape = base_shape
+        self.clip_sampling = clip_sampling
+        self.views = views
+
+    @property
+    def short_side(self) -> int:
+        """The short side in pixels before the crop (:func:`~lightning_multigrid.data.clip_params.eval_short_side`)."""
+        return eval_short_side(self.base_shape, self.clip_sampling)
 
     @property
     def clips_per_video(self) -> int:
         """Evaluation clips of one video: ``num_views * num_crops``."""
-        return self.num_views * self.num_crops
+        return self.views.num_views * self.views.num_crops
 
     def __len__(self) -> int:
         return self.num_videos * self.clips_per_video
@@ -389,21 +345,11 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         if not 0 <= item < len(self):
             raise IndexError(f"Item {item} is out of range for {len(self)} views.")
         video_index, view = divmod(item, self.clips_per_video)
-        temporal, spatial = divmod(view, self.num_crops)
+        temporal, spatial = divmod(view, self.views.num_crops)
 
         def draw(source: ClipSource, attempt: int) -> ClipParams:
             # A replacement is another video's same view: evaluation views are fixed, not drawn.
-            return eval_clip_params(
-                source,
-                self.num_frames,
-                self.sampling_rate,
-                self.short_side,
-                self.crop_size,
-                temporal,
-                self.num_views,
-                spatial,
-                self.num_crops,
-            )
+            return eval_clip_params(source, self.base_shape, self.clip_sampling, self.views, temporal, spatial)
 
         index, video, skipped = self._load_or_replace(video_index, item, draw)
         sample = self._sample(index, video, skipped)

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Literal
 
 import av
 import numpy as np
@@ -42,6 +43,7 @@ from lightning_multigrid.data.tools.processes import map_in_processes
 __all__ = [
     "SYNTHETIC_CLASS_NAMES",
     "SyntheticDataset",
+    "SyntheticSource",
     "ensure_synthetic_dataset",
     "generate_synthetic_dataset",
     "render_synthetic_video",
@@ -144,6 +146,39 @@ def ensure_synthetic_stores(
         pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size, jitter_scales=jitter_scales,
                     progress=False)
     return stores
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticSource:
+    """The DataModule's built-in synthetic dataset: its files stand in for the manifests.
+
+    Attributes:
+        root: the folder it is generated into (the DataModule's ``synthetic_dir``).
+        size: ``(train, val)`` videos.
+        texture_cell: the checkerboard's cell in pixels (``None``: the generator's default).
+        format: ``"mp4"`` trains on the videos; ``"store"`` on them packed into frame stores.
+    """
+
+    root: str
+    size: tuple[int, int]
+    texture_cell: int | None = None
+    format: Literal["mp4", "store"] = "mp4"
+
+    def manifests(self, crop_size: int, jitter_scales: tuple[int, int] | None) -> tuple[str, str, str | None]:
+        """The ``(train, val, class names)`` files for a base crop; a store holds its own class names (``None``)."""
+        from lightning_multigrid.data.tools.pack import store_levels
+
+        train, val, names = synthetic_files(self.root)
+        if self.format == "mp4":
+            return train, val, names
+        return *synthetic_store_files(self.root, store_levels(crop_size, jitter_scales)[0]), None
+
+    def prepare(self, seed: int, crop_size: int, jitter_scales: tuple[int, int] | None) -> None:
+        """Generate the videos unless there (:func:`ensure_synthetic_dataset`), and pack them for ``"store"``."""
+        ensure_synthetic_dataset(self.root, num_train=self.size[0], num_val=self.size[1], seed=seed,
+                                 texture_cell=self.texture_cell)
+        if self.format == "store":
+            ensure_synthetic_stores(self.root, crop_size, jitter_scales)
 
 
 _SETTINGS_FILE = "synthetic.json"

@@ -25,7 +25,7 @@ One rule for every mode (workers, device, ``check-data``), whatever the decoder:
 Example::
 
     folder = open_frame_folder(VideoEntry("frames/abseiling/x", (0,)))
-    params = eval_clip_params(folder, num_frames=16, sampling_rate=4, short_side=128, crop_size=112)
+    params = eval_clip_params(folder, GridShape(8, 16, 112), ClipSampling(sampling_rate=4), EvalViews())
     clip = read_clip(folder, params)   # uint8 (3, 16, 112, 112)
 """
 

@@ -31,6 +31,7 @@ from PIL import Image
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
 from lightning_multigrid.data.decoding.frames import EncodedClip, decode_crop
+from lightning_multigrid.data.decoding.readers import FrameDecode, check_frame_decode
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choose_level
 
@@ -55,9 +56,8 @@ class PackedFrameReader:
         ValueError: when ``frame_decode`` is not ``"workers"`` or ``"device"``.
     """
 
-    def __init__(self, store: str | os.PathLike[str] | FrameStore, frame_decode: str = "workers") -> None:
-        if frame_decode not in ("workers", "device"):
-            raise ValueError(f"`frame_decode` must be 'workers' or 'device', got {frame_decode!r}.")
+    def __init__(self, store: str | os.PathLike[str] | FrameStore, frame_decode: FrameDecode = "workers") -> None:
+        check_frame_decode(frame_decode)
         self.store = store if isinstance(store, FrameStore) else FrameStore(store)
         self.frame_decode = frame_decode
         self._warned_upscale = False

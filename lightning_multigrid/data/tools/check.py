@@ -162,7 +162,7 @@ def check_videos(
         workers: processes; default the CPU count, ``0`` or ``1`` checks in this process.
         progress: show a tqdm progress bar.
         layout: frame datasets: which files are frames and whether gaps are allowed, as the
-            datasets' ``filename_tmpl`` and ``allow_frame_gaps``.
+            ``filename_tmpl`` and ``allow_frame_gaps`` of the DataModule (its ``ReaderSettings.layout``).
 
     Raises:
         ValueError: when ``workers`` is negative, or ``layout`` is set for a video manifest.

@@ -1,0 +1,118 @@
+"""The DataModule's datasets, read from its manifests: the training set, and evaluation sets on its classes.
+
+Training owns the class facts: an evaluation manifest is mapped onto the training classes as it is
+read (:func:`~lightning_multigrid.data.manifests.classes.align_classes`), and an evaluation dataset
+given with ``use_datasets`` is checked against them
+(:func:`~lightning_multigrid.data.checks.check_eval_classes`). Each dataset's reader is built here,
+once, from the DataModule's :class:`~lightning_multigrid.data.decoding.settings.ReaderSettings`; a
+packed frame store smaller than the evaluation short side is refused
+(:func:`~lightning_multigrid.data.checks.check_store_fits`). No Lightning: testable without a Trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lightning_multigrid.data.checks import check_eval_classes, check_store_fits, existing_manifest
+from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
+from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.manifests.classes import align_classes
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
+from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.grid import EvalViews, FixedGrid
+
+__all__ = ["SplitBuilder"]
+
+
+@dataclass(frozen=True, slots=True)
+class SplitBuilder:
+    """How the DataModule reads its splits: the manifests, their root and class names, the decoder
+    settings, what every dataset shares, and the evaluation views.
+
+    Attributes:
+        manifests: the manifest path of each DataModule argument (``train_manifest``, ``val_manifest``,
+            ``test_manifest``; ``None``: not given).
+        root_dir: directory the manifests' paths are relative to; ``None``: each manifest's own.
+        class_names: class-names file, for labels written as names.
+        manifest_kind: ``"video"``, ``"frames"`` or ``"auto"``.
+        reader_settings: the decoder settings each split's reader is built with.
+        strict: raise on an undecodable video instead of replacing it.
+        slowfast_alpha: ``[slow, fast]`` pathways, or ``None``.
+        baseline: the base shape and clip sampling evaluation views are cut at.
+        views: the evaluation views per video.
+    """
+
+    manifests: Mapping[str, str | None]
+    root_dir: str | None
+    class_names: str | None
+    manifest_kind: ManifestKind
+    reader_settings: ReaderSettings
+    strict: bool
+    slowfast_alpha: int | None
+    baseline: FixedGrid
+    views: EvalViews
+
+    def manifest(self, path: str) -> Manifest:
+        """The manifest at ``path``, labels written as names read with :attr:`class_names`."""
+        return load_manifest(path, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind)
+
+    def train(self, flip: bool) -> TrainVideoDataset:
+        """The training set of ``train_manifest``, on the reader its format asks for.
+
+        Raises:
+            ValueError: when ``train_manifest`` is not given.
+            FileNotFoundError: when it does not exist.
+        """
+        manifest = self.manifest(existing_manifest("train_manifest", self.manifests["train_manifest"]))
+        return TrainVideoDataset(
+            manifest, self.reader_settings.reader_for(manifest), flip=flip, strict=self.strict,
+            slowfast_alpha=self.slowfast_alpha,
+        )
+
+    def training_manifest(self, train: TrainVideoDataset | None) -> Manifest | None:
+        """The owner of the class facts: the training set's manifest, read if the set is not there yet;
+        ``None`` without ``train_manifest``."""
+        if train is not None:
+            return train.manifest
+        if self.manifests["train_manifest"] is None:
+            return None
+        return self.manifest(existing_manifest("train_manifest", self.manifests["train_manifest"]))
+
+    def evaluation(
+        self, dataset: EvalVideoDataset | None, split: Literal["val", "test"], train: TrainVideoDataset | None
+    ) -> EvalVideoDataset:
+        """The evaluation set of ``split``: ``dataset`` if given, else read from its manifest
+        (``test_manifest`` defaults to ``val_manifest``); its classes checked against training's.
+
+        Raises:
+            ValueError: when the manifest is needed and not given, or a store is too small (naming it).
+            FileNotFoundError: when the manifest does not exist.
+            ManifestError: when its classes are not training's (naming the argument, the video and class).
+        """
+        argument = "test_manifest" if split == "test" and self.manifests["test_manifest"] is not None else "val_manifest"
+        training = self.training_manifest(train)
+        if dataset is None:
+            dataset = self._read_evaluation(argument, existing_manifest(argument, self.manifests[argument]), training)
+        if training is not None:
+            check_eval_classes(training, dataset.manifest, argument)
+        return dataset
+
+    def _read_evaluation(self, argument: str, path: str, training: Manifest | None) -> EvalVideoDataset:
+        """The evaluation views of a manifest, its classes mapped onto the training classes: training owns them."""
+        names: str | tuple[str, ...] | None = None
+        if not Path(path).is_dir():  # a folder per class names its own classes
+            # Without a class-names file, labels written as names read as the training classes.
+            names = self.class_names or (training.class_names if training is not None else None)
+        manifest = load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
+        if training is not None:
+            manifest = align_classes(manifest, training, argument)
+        dataset = EvalVideoDataset(
+            manifest, self.reader_settings.reader_for(manifest), base_shape=self.baseline.base_shape,
+            clip_sampling=self.baseline.clip_sampling, views=self.views, strict=self.strict,
+            slowfast_alpha=self.slowfast_alpha,
+        )
+        check_store_fits(dataset.reader, argument, dataset.short_side, "the evaluation short side")
+        return dataset
