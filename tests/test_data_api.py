@@ -42,6 +42,7 @@ PUBLIC = [
     "Manifest",
     "ManifestError",
     "PackedFrameReader",
+    "ReaderSettings",
     "ShortCycleBatchSampler",
     "TrainVideoDataset",
     "VideoDecodeError",

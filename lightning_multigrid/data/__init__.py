@@ -10,7 +10,7 @@ Lightning import).
 
 The public names (``__all__``) are what a user assembles a data pipeline from, in a plain PyTorch
 loop or their own DataModule: the datasets and ``collate_clips``, the batch samplers, the
-``ClipRequest`` they exchange, the readers, the manifest, and the errors to catch. Each is imported
+``ClipRequest`` they exchange, the readers and their ``ReaderSettings``, the manifest, and the errors to catch. Each is imported
 on first access, so importing one module of the package (the batch sampler, say) loads neither PyAV
 nor the tools. Everything else is reached by its module path (``lightning_multigrid.data.tools.pack``,
 ``lightning_multigrid.data.decoding.video``, ...); ``MultigridVideoDataModule`` (the one name here
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
     from lightning_multigrid.data.decoding.errors import VideoDecodeError
     from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
+    from lightning_multigrid.data.decoding.settings import ReaderSettings
     from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
     from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
@@ -45,6 +46,7 @@ _LAZY = {
     "InMemoryReader": "lightning_multigrid.data.decoding.readers",
     "VideoFileReader": "lightning_multigrid.data.decoding.readers",
     "PackedFrameReader": "lightning_multigrid.data.store.reader",
+    "ReaderSettings": "lightning_multigrid.data.decoding.settings",
     "Manifest": "lightning_multigrid.data.manifests.entries",
     "ManifestError": "lightning_multigrid.data.manifests.entries",
     "load_manifest": "lightning_multigrid.data.manifests.load",
@@ -63,6 +65,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "PackedFrameReader",
+    "ReaderSettings",
     "ShortCycleBatchSampler",
     "TrainVideoDataset",
     "VideoDecodeError",
