@@ -58,10 +58,12 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decoding.readers import InMemoryReader
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
+from lightning_multigrid.grid import EvalViews
 from lightning_multigrid.module import VideoClassifier
 
 
@@ -153,7 +155,7 @@ def run(
     datamodule = MultigridVideoDataModule(
         train_manifest=str(train_manifest),
         val_manifest=str(val_manifest),
-        frame_decode=frame_decode,  # type: ignore[arg-type]
+        reader_settings=ReaderSettings(frame_decode=frame_decode),  # type: ignore[arg-type]
         decode_ahead=decode_ahead,
         batch_size=args.batch_size,
         num_frames=args.num_frames,
@@ -162,7 +164,7 @@ def run(
         flip=False,
         num_workers=args.workers,
         pin_memory=torch.cuda.is_available(),
-        num_views=args.num_views,
+        eval_views=EvalViews(num_views=args.num_views),
         seed=0,
     )
     if train_dataset is not None:

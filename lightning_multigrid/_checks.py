@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "FIGURE_SUFFIXES", "check_bool", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
+    "FIGURE_SUFFIXES", "check_bool", "check_instance", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
     "is_number",
 ]
 
@@ -47,6 +47,21 @@ def check_bool(name: str, value: Any, allow_none: bool = False) -> Any:
     """
     if not (isinstance(value, bool) or (allow_none and value is None)):
         raise ValueError(f"`{name}` must be True or False{' or None' if allow_none else ''}, got {value!r}.")
+    return value
+
+
+def check_instance(name: str, value: Any, kind: type, default: Any = None) -> Any:
+    """Return ``value`` if it is a ``kind`` (``default`` when it is ``None``), else raise naming ``name``.
+
+    For arguments that take a settings value whole, such as the DataModule's ``reader_settings``.
+
+    Raises:
+        TypeError: ``"`name` must be a kind(...), got value."``
+    """
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise TypeError(f"`{name}` must be a {kind.__name__}(...) or None, got {value!r}.")
     return value
 
 

@@ -26,8 +26,9 @@ model:
 data:
   class_path: lightning_multigrid.data.datamodule.MultigridVideoDataModule
   init_args:
-    synthetic_dir: {data}
-    synthetic_size: [24, 8]
+    synthetic:
+      path: {data}
+      size: [24, 8]
     batch_size: 4
     num_frames: 4
     crop_size: 32

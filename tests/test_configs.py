@@ -189,14 +189,13 @@ def _dry_run_args(config: Path, dataset: SyntheticDataset, tmp_path: Path) -> li
         "model.init_args.warmup_epochs": "0",
         "model.init_args.milestones": "[]",
         # the session's synthetic videos at a small base shape, decoded in this process
-        "data.init_args.synthetic_dir": "null",
-        "data.init_args.synthetic_format": "mp4",  # the demo's store is for its own synthetic videos
+        "data.init_args.synthetic": "null",
         "data.init_args.train_manifest": str(train_manifest),
         "data.init_args.val_manifest": str(val_manifest),
         "data.init_args.test_manifest": "null",
         "data.init_args.root_dir": str(dataset.root),
         "data.init_args.class_names": str(dataset.class_names_file),
-        "data.init_args.metadata_file": "null",
+        "data.init_args.reader_settings": "null",
         "data.init_args.batch_size": "2",
         "data.init_args.num_frames": "8",
         "data.init_args.crop_size": "32",

@@ -341,7 +341,8 @@ def test_device_decode_failure_in_a_batch_is_replaced_counted_and_logged(
     frames.coded("good", num_frames=12)
     (tmp_path / "m.txt").write_text("bad 1\ngood 0\n")
     options = dict(train_manifest=str(tmp_path / "m.txt"), val_manifest=str(tmp_path / "m.txt"), batch_size=2,
-                   num_frames=12, crop_size=32, sampling_rate=1, num_workers=0, frame_decode="device")
+                   num_frames=12, crop_size=32, sampling_rate=1, num_workers=0,
+                   reader_settings=ReaderSettings(frame_decode="device"))
     datamodule = MultigridVideoDataModule(**options)  # type: ignore[arg-type]
     datamodule.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)  # type: ignore[assignment]
     datamodule.setup("fit")
@@ -392,8 +393,10 @@ def test_datamodule_refuses_bad_frame_options_at_construction() -> None:
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 
     with pytest.raises(ValueError, match="`filename_tmpl` 'img.jpg' has no frame-number field"):
-        MultigridVideoDataModule(train_manifest="any.txt", filename_tmpl="img.jpg")
+        MultigridVideoDataModule(train_manifest="any.txt", reader_settings=ReaderSettings(filename_tmpl="img.jpg"))
     with pytest.raises(ValueError, match="`allow_frame_gaps` must be True or False"):
-        MultigridVideoDataModule(train_manifest="any.txt", allow_frame_gaps="yes")  # type: ignore[arg-type]
+        MultigridVideoDataModule(
+            train_manifest="any.txt", reader_settings=ReaderSettings(allow_frame_gaps="yes")  # type: ignore[arg-type]
+        )
     with pytest.raises(ValueError, match="`manifest_kind` must be 'auto', 'video' or 'frames'"):
         MultigridVideoDataModule(train_manifest="any.txt", manifest_kind="folders")  # type: ignore[arg-type]

@@ -126,7 +126,7 @@ def test_decode_ahead_refuses_a_depth_beyond_two() -> None:
     with pytest.raises(ValueError, match="`depth`.*1 or 2"):
         DecodeAhead(BatchTransfer().decode, torch.device("cpu"), depth=3)
     with pytest.raises(ValueError, match="`decode_ahead` must be 0, 1 or 2"):
-        MultigridVideoDataModule(train_manifest="m.txt", frame_decode="device", decode_ahead=3)
+        MultigridVideoDataModule(train_manifest="m.txt", reader_settings=ReaderSettings(frame_decode="device"), decode_ahead=3)
 
 
 # ---------------------------------------------------------------------------- in a real Trainer
@@ -155,7 +155,7 @@ class ThreadWatchingNet(pl.LightningModule):
 def fit(manifest: Path, limit_train_batches: int | None = None, **options: Any) -> tuple[ThreadWatchingNet, MultigridVideoDataModule]:
     datamodule = MultigridVideoDataModule(
         train_manifest=str(manifest), val_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
-        sampling_rate=2, num_workers=2, frame_decode="device", seed=0, **options,
+        sampling_rate=2, num_workers=2, reader_settings=ReaderSettings(frame_decode="device"), seed=0, **options,
     )
     model = ThreadWatchingNet()
     trainer = pl.Trainer(
@@ -202,7 +202,8 @@ def test_the_serial_path_stays_reachable(tmp_path: Path, frames: FrameFactory) -
 def test_without_a_trainer_the_loader_returns_encoded_batches(tmp_path: Path, frames: FrameFactory) -> None:
     manifest = frame_dataset(tmp_path, frames)
     datamodule = MultigridVideoDataModule(train_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
-                                          sampling_rate=2, num_workers=0, frame_decode="device")
+                                          sampling_rate=2, num_workers=0,
+                                          reader_settings=ReaderSettings(frame_decode="device"))
     datamodule.setup("fit")
     loader: DataLoader[Any] = datamodule.train_dataloader()
     batch = next(iter(loader))

@@ -37,10 +37,6 @@ from conftest import FrameFactory, VideoFactory
 def test_invalid_settings_are_refused_naming_the_argument(settings: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ReaderSettings(**settings)  # type: ignore[arg-type]
-    # The DataModule's flat arguments of the same names are checked by the same value, before any file is read.
-    if "interpolation" not in settings:
-        with pytest.raises(ValueError, match=match):
-            MultigridVideoDataModule(train_manifest="not/read.csv", **settings)  # type: ignore[arg-type]
 
 
 def test_the_reader_follows_the_manifest_format(videos: VideoFactory, frames: FrameFactory, tmp_path: Path) -> None:
@@ -99,7 +95,7 @@ def test_the_datamodule_checks_its_settings_once_and_builds_each_reader_once(
                         or readers[-1])
     datamodule = MultigridVideoDataModule(
         train_manifest=str(synthetic_dataset.train_manifest), val_manifest=str(synthetic_dataset.val_manifest),
-        class_names=str(synthetic_dataset.class_names_file), metadata_file=None, num_workers=0, batch_size=2,
+        class_names=str(synthetic_dataset.class_names_file), num_workers=0, batch_size=2,
         num_frames=4, crop_size=32, sampling_rate=2, jitter_scales=(32, 40),
     )
     datamodule.setup("fit")

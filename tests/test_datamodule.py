@@ -17,10 +17,11 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
-from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
 from lightning_multigrid.data.transfer import normalize_video
-from lightning_multigrid.grid import ClipSampling, FixedGrid
+from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 # Base shape B=1, T=8, S=32, tau=2; the 16-video synthetic set gives 1 to 7 batches an epoch.
@@ -159,7 +160,7 @@ def test_two_ranks_same_length_same_shapes_disjoint_videos(synthetic_dataset: Sy
 
 def test_validation_and_test_views_sharded_over_ranks(synthetic_dataset: SyntheticDataset) -> None:
     ranks = [
-        make_datamodule(synthetic_dataset, rank=r, world_size=2, batch_size=4, num_views=2, num_crops=3)
+        make_datamodule(synthetic_dataset, rank=r, world_size=2, batch_size=4, eval_views=EvalViews(2, 3))
         for r in range(2)
     ]
     seen = []
@@ -227,9 +228,9 @@ def test_lightning_distributed_sampler_injection(synthetic_dataset: SyntheticDat
     assert [tuple(b["video"].shape) for b in updated] == [expected_shape(schedule, 3, 0)]
 
 
-def test_synthetic_dir_generates_once(tmp_path: Path) -> None:
+def test_synthetic_generates_once(tmp_path: Path) -> None:
     datamodule = MultigridVideoDataModule(
-        synthetic_dir=str(tmp_path / "synthetic"), synthetic_size=(4, 2), num_workers=0, **BASE
+        synthetic=SyntheticData(str(tmp_path / "synthetic"), size=(4, 2)), num_workers=0, **BASE
     )
     datamodule.prepare_data()
     assert (tmp_path / "synthetic" / "train.csv").is_file()
@@ -245,15 +246,16 @@ def test_synthetic_dir_generates_once(tmp_path: Path) -> None:
     [
         (dict(batch_size=0), ValueError, "`batch_size`"),
         (dict(crop_size=-1), ValueError, "`crop_size`"),
-        (dict(num_crops=2), ValueError, "`num_crops`"),
-        (dict(num_views=0), ValueError, "`num_views`"),
+        (dict(eval_views={"num_views": 2}), TypeError, "`eval_views` must be a EvalViews"),
+        (dict(reader_settings={"frame_decode": "device"}), TypeError, "`reader_settings` must be a ReaderSettings"),
+        (dict(synthetic="data/synthetic"), TypeError, "`synthetic` must be a SyntheticData"),
         (dict(sampling_rate=2.5), ValueError, "`sampling_rate` must be a positive integer"),
         (dict(num_workers=-1), ValueError, "`num_workers`"),
         (dict(drop_last="yes"), ValueError, "`drop_last` must be True or False"),
         (dict(jitter_scales=(20, 40)), ValueError, "`jitter_scales`"),
         (dict(std=(0.2, 0.0, 0.2)), ValueError, "`std`"),
         (dict(slowfast_alpha=0), ValueError, "`slowfast_alpha`"),
-        (dict(synthetic_dir="x", train_manifest="y"), ValueError, "`train_manifest`"),
+        (dict(synthetic=SyntheticData("x"), train_manifest="y"), ValueError, "`train_manifest`"),
     ],
 )
 def test_bad_arguments_raise_naming_them(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
@@ -387,7 +389,7 @@ def test_device_decode_batches_match_worker_decode(synthetic_frames: tuple[Path,
     """Same seeds, same clip parameters: on_after_batch_transfer decodes what the workers would have."""
     batches = {}
     for mode in ("workers", "device"):
-        datamodule = frame_datamodule(synthetic_frames, frame_decode=mode, slowfast_alpha=4)
+        datamodule = frame_datamodule(synthetic_frames, reader_settings=ReaderSettings(frame_decode=mode), slowfast_alpha=4)
         datamodule.trainer = SimpleNamespace(current_epoch=0, global_rank=0, world_size=1)
         datamodule.setup("fit")
         datamodule.serve(make_schedule())
@@ -404,9 +406,9 @@ def test_device_decode_batches_match_worker_decode(synthetic_frames: tuple[Path,
 
 def test_frame_decode_on_device_needs_a_frame_dataset(synthetic_dataset: SyntheticDataset) -> None:
     with pytest.raises(ValueError, match="needs a frame dataset"):
-        make_datamodule(synthetic_dataset, frame_decode="device")
+        make_datamodule(synthetic_dataset, reader_settings=ReaderSettings(frame_decode="device"))
     with pytest.raises(ValueError, match="`frame_decode` must be"):
-        MultigridVideoDataModule(train_manifest="x", frame_decode="gpu")  # type: ignore[arg-type]
+        ReaderSettings(frame_decode="gpu")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -424,7 +426,9 @@ def test_trainer_fit_on_a_frame_dataset(
     synthetic_frames: tuple[Path, Path], frame_decode: str, num_workers: int, accelerator: str
 ) -> None:
     schedule = make_schedule(max_epochs=3)
-    datamodule = frame_datamodule(synthetic_frames, frame_decode=frame_decode, num_workers=num_workers, flip=False)
+    datamodule = frame_datamodule(
+        synthetic_frames, reader_settings=ReaderSettings(frame_decode=frame_decode), num_workers=num_workers, flip=False
+    )
     datamodule.serve(schedule)
     model = TinyVideoNet()
     trainer = pl.Trainer(

@@ -1,4 +1,4 @@
-"""The built-in synthetic dataset trained from packed frame stores (`synthetic_format="store"`)."""
+"""The built-in synthetic dataset trained from packed frame stores (`SyntheticData(format="store")`)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ import pytorch_lightning as pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.store.reader import PackedFrameReader
+from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.module import VideoClassifier
 
 
-def _datamodule(root: Path, **kwargs) -> MultigridVideoDataModule:
+def _datamodule(root: Path, data_format: str = "mp4") -> MultigridVideoDataModule:
     return MultigridVideoDataModule(
-        synthetic_dir=str(root), synthetic_size=(8, 4), batch_size=2, num_frames=4, crop_size=32,
-        sampling_rate=1, num_workers=0, **kwargs,
+        synthetic=SyntheticData(str(root), size=(8, 4), format=data_format),  # type: ignore[arg-type]
+        batch_size=2, num_frames=4, crop_size=32, sampling_rate=1, num_workers=0,
     )
 
 
 def test_the_synthetic_videos_are_packed_once_and_trained_from(tmp_path: Path) -> None:
-    datamodule = _datamodule(tmp_path, synthetic_format="store")
+    datamodule = _datamodule(tmp_path, "store")
     # Level 0 at the jitter maximum for a 32 crop: 32 * 320 / 224 = 45.7 -> 46 px.
     assert Path(datamodule.train_manifest).name == "train-L46.store" and datamodule.class_names is None
     model = VideoClassifier(num_classes=4, backbone="tiny", tiny_width=2, lr=0.01, milestones=[3])
@@ -35,16 +36,16 @@ def test_the_synthetic_videos_are_packed_once_and_trained_from(tmp_path: Path) -
     assert datamodule._val_dataset.manifest.format == "store"
     header = Path(datamodule.train_manifest) / "store.json"
     packed_at = header.stat().st_mtime_ns
-    _datamodule(tmp_path, synthetic_format="store").prepare_data()
+    _datamodule(tmp_path, "store").prepare_data()
     assert header.stat().st_mtime_ns == packed_at  # complete and newer than the manifests: not packed again
     manifest = Path(tmp_path) / "train.csv"
     os.utime(manifest, ns=(packed_at + 10**9, packed_at + 10**9))  # the dataset written again since
-    _datamodule(tmp_path, synthetic_format="store").prepare_data()
+    _datamodule(tmp_path, "store").prepare_data()
     assert header.stat().st_mtime_ns > packed_at
 
 
 def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:
-    videos, store = _datamodule(tmp_path), _datamodule(tmp_path, synthetic_format="store")
+    videos, store = _datamodule(tmp_path), _datamodule(tmp_path, "store")
     for datamodule in (videos, store):
         datamodule.prepare_data()
         datamodule.setup("fit")
@@ -56,8 +57,15 @@ def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:
     assert videos._train_dataset[request]["label"] == store._train_dataset[request]["label"]
 
 
-@pytest.mark.parametrize("given", [{"synthetic_format": "jpeg"}, {"synthetic_format": "store", "synthetic_dir": None}])
-def test_synthetic_format_is_checked(tmp_path: Path, given: dict) -> None:
-    arguments = {"synthetic_dir": str(tmp_path), **given}
-    with pytest.raises(ValueError, match="synthetic_format"):
-        MultigridVideoDataModule(**arguments, train_manifest=None if arguments["synthetic_dir"] else "x.csv")
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        ({"format": "jpeg"}, "`synthetic.format` must be 'mp4' or 'store', got 'jpeg'"),
+        ({"size": (0, 4)}, r"`synthetic.size` must be \(train, val\) video counts >= 1"),
+        ({"size": (8,)}, r"`synthetic.size` must be \(train, val\)"),
+        ({"texture_cell": 0}, "`synthetic.texture_cell`"),
+    ],
+)
+def test_synthetic_settings_are_checked(tmp_path: Path, given: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SyntheticData(str(tmp_path), **given)

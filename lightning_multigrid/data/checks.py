@@ -5,8 +5,8 @@ device has trains no step, and Lightning ends the run there (a multigrid run ann
 of steps returns after 0). ``check_eval_classes``: validation or test data numbering its classes
 otherwise than training would be scored against shifted labels, or fail at the first validation
 batch. ``check_store_fits``: a packed frame store made for smaller grids than the run draws.
-``check_synthetic_arguments``: the built-in synthetic dataset's arguments, which exclude the
-manifests; ``existing_manifest``: a manifest a stage needs, given and found.
+``check_synthetic_alone``: the built-in synthetic dataset excludes the manifests;
+``existing_manifest``: a manifest a stage needs, given and found.
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from pathlib import Path
 from lightning_multigrid.data.manifests.classes import align_classes, describe_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
 from lightning_multigrid.data.store.reader import PackedFrameReader
-from lightning_multigrid.data.synthetic import check_texture_cell
 from lightning_multigrid.grid import GridPlan, count_batches
 
 __all__ = [
-    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_arguments", "check_synthetic_format",
+    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_alone",
     "existing_manifest",
 ]
 
@@ -102,29 +101,13 @@ def check_store_fits(reader: object, argument: str, short_side: int, what: str) 
         )
 
 
-def check_synthetic_arguments(
-    synthetic_size: tuple[int, int], synthetic_texture_cell: int | None, **manifest_args: str | None
-) -> None:
-    """With ``synthetic_dir``: no manifest arguments, ``(train, val)`` counts >= 1, a texture cell in range."""
+def check_synthetic_alone(**manifest_args: str | None) -> None:
+    """With ``synthetic``, none of the manifest arguments: the built-in dataset's files stand in for them."""
     given = [name for name, value in manifest_args.items() if value is not None]
     if given:
         raise ValueError(
-            f"`synthetic_dir` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
-            "also given: pass either `synthetic_dir` or your manifests."
-        )
-    if len(synthetic_size) != 2 or synthetic_size[0] < 1 or synthetic_size[1] < 1:
-        raise ValueError(f"`synthetic_size` must be (train, val) video counts >= 1, got {synthetic_size!r}.")
-    check_texture_cell("synthetic_texture_cell", synthetic_texture_cell)
-
-
-def check_synthetic_format(synthetic_format: str, synthetic_dir: str | None) -> None:
-    """``"mp4"`` (the videos) or ``"store"`` (packed frame stores), and only with ``synthetic_dir``."""
-    if synthetic_format not in ("mp4", "store"):
-        raise ValueError(f"`synthetic_format` must be 'mp4' or 'store', got {synthetic_format!r}.")
-    if synthetic_format != "mp4" and synthetic_dir is None:
-        raise ValueError(
-            f"`synthetic_format={synthetic_format!r}` applies to the built-in synthetic dataset: pass `synthetic_dir` "
-            "too, or pack your own videos with `lightning-multigrid pack-frames` and pass the store as a manifest."
+            f"`synthetic` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
+            "also given: pass either `synthetic` or your manifests."
         )
 
 

@@ -17,19 +17,18 @@ into normalised float on the device (:mod:`~lightning_multigrid.data.transfer`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any
 
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool, check_int
+from lightning_multigrid._checks import check_bool, check_instance, check_int
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_store_fits,
-    check_synthetic_arguments,
-    check_synthetic_format,
+    check_synthetic_alone,
 )
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.settings import ReaderSettings
@@ -39,7 +38,7 @@ from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
 from lightning_multigrid.data.served_loaders import ServedLoaders
 from lightning_multigrid.data.splits import SplitBuilder
-from lightning_multigrid.data.synthetic import SyntheticSource
+from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
@@ -52,7 +51,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     Data comes from ``path label`` manifests (Kinetics / PySlowFast format), from frame datasets
     (a folder of JPEG frames per video, ``folder label [num_frames]`` lines or PySlowFast's
     frame-list CSV, recognised by their content), or from the built-in synthetic dataset
-    generated into ``synthetic_dir``. Batches are dicts::
+    generated into ``synthetic.path``. Batches are dicts::
 
         {"video": uint8 (N, 3, T, H, W) or [slow, fast], "label": int64 (N,) or float (N, K),
          "index": int64 (N,), "skipped": list of paths}        # + "view": int64 (N,) in val/test
@@ -69,14 +68,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             own directory.
         class_names: class-names file (one name per line, or PySlowFast ``classids.json``), needed
             when manifests give labels as names.
-        synthetic_dir: generate the built-in synthetic dataset here on first use (when it holds no
-            ``train.csv``/``val.csv`` yet) and use it; excludes the manifest arguments.
-        synthetic_size: ``(train, val)`` videos to generate into ``synthetic_dir``.
-        synthetic_texture_cell: the synthetic checkerboard's cell in pixels (default 6 px: fine
-            detail that the coarsest grids blur away; 12 px stays visible on every grid).
-        synthetic_format: ``"mp4"`` trains on the synthetic videos; ``"store"`` on them packed once
-            (in ``prepare_data``) into frame stores for this crop (``pack-frames``), the faster path
-            on few CPU cores (docs/data.md).
+        synthetic: the built-in synthetic dataset (:class:`~lightning_multigrid.data.synthetic.SyntheticData`:
+            ``path``, ``size``, ``texture_cell``, ``format``), generated into ``path`` on first use
+            and used instead of manifests (it excludes the manifest arguments).
         batch_size: baseline clips per device ``B``; val/test batches have this size.
         num_frames: baseline frames per clip ``T``.
         crop_size: baseline square crop ``S`` in pixels.
@@ -84,14 +78,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         jitter_scales: ``(min, max)`` training short side in pixels before the baseline crop;
             default ``(256, 320) * crop_size / 224``. Coarser crops scale the minimum. The
             minimum is also the val/test short side.
-        num_views: val/test temporal clips per video (uniformly spread).
-        num_crops: val/test spatial crops per clip: 1 (centre) or 3.
+        eval_views: val/test views per video (:class:`~lightning_multigrid.grid.EvalViews`:
+            ``num_views`` temporal clips, uniformly spread, x ``num_crops`` spatial crops, 1 (centre)
+            or 3); default one centre view.
         slowfast_alpha: return ``[slow, fast]`` pathways, slow taking every ``alpha``-th frame.
         flip: random horizontal flips in training; ``None`` flips except on the synthetic dataset,
             whose labels include left/right motion.
         strict: raise on an undecodable video instead of replacing and counting it.
-        metadata_file: precomputed video metadata (``lightning-multigrid check-data
-            --write-metadata``) so workers do not probe every video.
         num_workers: DataLoader worker processes per loader.
         pin_memory: pin host memory of batches (for faster GPU copies).
         persistent_workers: keep workers alive between epochs (ignored with ``num_workers=0``).
@@ -99,10 +92,15 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: seed of the training shuffle and of every clip's random draws.
         mean: per-channel RGB mean of ``[0, 1]`` video for normalisation.
         std: per-channel RGB standard deviation for normalisation.
-        frame_decode: frame datasets only: ``"workers"`` decodes JPEGs in the DataLoader workers
-            (at reduced size where the grid allows); ``"device"`` has workers read only the bytes
-            and decodes, resizes, crops and flips each batch on the training device after the
-            transfer (nvjpeg on a GPU), with the same clip parameters.
+        reader_settings: how clips are decoded
+            (:class:`~lightning_multigrid.data.decoding.settings.ReaderSettings`): ``metadata_file``
+            (``check-data --write-metadata``, so workers do not probe every video),
+            ``interpolation``, ``frame_decode`` (frame datasets and stores: ``"workers"`` decodes JPEGs
+            in the DataLoader workers at reduced size where the grid allows; ``"device"`` has workers
+            read only the bytes and decodes, resizes, crops and flips each batch on the training
+            device, nvjpeg on a GPU, with the same clip parameters), ``filename_tmpl`` (frame
+            datasets: e.g. ``"img_{:05d}.jpg"``, ``"{video}_{:06d}.jpg"``; ``None`` detects each
+            folder's, docs/frame-layouts.md) and ``allow_frame_gaps``; default ``ReaderSettings()``.
         decode_ahead: with ``frame_decode="device"``, training batches decoded this many (1 or 2)
             batches ahead of the step, in a background thread on its own CUDA stream, so the decode
             runs while the model trains (:mod:`~lightning_multigrid.data.prefetch`); 0 decodes
@@ -111,12 +109,6 @@ class MultigridVideoDataModule(pl.LightningDataModule):
             ``batch_size`` clips, decoded in parallel and joined in the main process
             (:class:`~lightning_multigrid.data.loaders.ChunkedDataLoader`), so a coarse grid's 8-16x
             larger batch does not wait on one worker. Lightning still sees whole batches.
-        filename_tmpl: frame datasets: the frames' file names, e.g. ``"img_{:05d}.jpg"``
-            (mmaction2), ``"{video}_{:06d}.jpg"`` (PySlowFast), ``"{video}-{:06d}.jpg"`` (Charades);
-            ``None`` detects each folder's. Other files (optical flow, thumbnails) are never read
-            as frames (see ``docs/frame-layouts.md``).
-        allow_frame_gaps: frame datasets: read a folder whose frame numbers skip as consecutive
-            frames; by default it is a bad video (skipped, counted, reported).
         manifest_kind: ``"video"`` or ``"frames"`` when the manifests' content cannot tell;
             default ``"auto"``.
 
@@ -132,21 +124,16 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         test_manifest: str | None = None,
         root_dir: str | None = None,
         class_names: str | None = None,
-        synthetic_dir: str | None = None,
-        synthetic_size: tuple[int, int] = (240, 60),
-        synthetic_texture_cell: int | None = None,
-        synthetic_format: Literal["mp4", "store"] = "mp4",
+        synthetic: SyntheticData | None = None,
         batch_size: int = 8,
         num_frames: int = 16,
         crop_size: int = 112,
         sampling_rate: int = 4,
         jitter_scales: tuple[int, int] | None = None,
-        num_views: int = 1,
-        num_crops: int = 1,
+        eval_views: EvalViews | None = None,
         slowfast_alpha: int | None = None,
         flip: bool | None = None,
         strict: bool = False,
-        metadata_file: str | None = None,
         num_workers: int = 4,
         pin_memory: bool = False,
         persistent_workers: bool = True,
@@ -154,41 +141,35 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: int = 0,
         mean: tuple[float, float, float] = DEFAULT_MEAN,
         std: tuple[float, float, float] = DEFAULT_STD,
-        frame_decode: Literal["workers", "device"] = "workers",
+        reader_settings: ReaderSettings | None = None,
         decode_ahead: int = 1,
         chunk_batches: bool = True,
-        filename_tmpl: str | None = None,
-        allow_frame_gaps: bool = False,
         manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
         # Each value checks its own arguments, naming them.
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
-        self.eval_views = EvalViews(num_views, num_crops)
+        self.eval_views: EvalViews = check_instance("eval_views", eval_views, EvalViews, EvalViews())
         self._transfer = BatchTransfer(mean, std, slowfast_alpha, strict)
         self._loaders = ServedLoaders(
             LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
         )
         # The decoder settings, whole; the readers are built from them in `setup`.
-        self.reader_settings = ReaderSettings(
-            metadata_file=metadata_file, frame_decode=frame_decode, filename_tmpl=filename_tmpl,
-            allow_frame_gaps=allow_frame_gaps,
+        self.reader_settings: ReaderSettings = check_instance(
+            "reader_settings", reader_settings, ReaderSettings, ReaderSettings()
         )
         check_bool("flip", flip, allow_none=True)
         check_manifest_kind(manifest_kind)
         check_int("decode_ahead", decode_ahead, 0)
         if decode_ahead > 2:
             raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
-        check_synthetic_format(synthetic_format, synthetic_dir)
-        if synthetic_dir is not None:
-            check_synthetic_arguments(
-                synthetic_size, synthetic_texture_cell, train_manifest=train_manifest, val_manifest=val_manifest,
-                test_manifest=test_manifest, root_dir=root_dir, class_names=class_names,
+        self._synthetic: SyntheticData | None = check_instance("synthetic", synthetic, SyntheticData)
+        if synthetic is not None:
+            check_synthetic_alone(
+                train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,
+                root_dir=root_dir, class_names=class_names,
             )
         jitter_scales = self.clip_sampling.jitter_scales  # save_hyperparameters() records the int pair
-        self._synthetic = None if synthetic_dir is None else SyntheticSource(
-            synthetic_dir, (int(synthetic_size[0]), int(synthetic_size[1])), synthetic_texture_cell, synthetic_format
-        )
         self.train_manifest, self.val_manifest, self.test_manifest = train_manifest, val_manifest, test_manifest
         self.root_dir, self.class_names = root_dir, class_names
         self.flip, self.seed, self.decode_ahead, self.manifest_kind = flip, seed, decode_ahead, manifest_kind
@@ -321,7 +302,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     @override
     def prepare_data(self) -> None:
-        """Generate the synthetic dataset (rank 0 of each node) when ``synthetic_dir`` asks for it."""
+        """Generate the synthetic dataset (rank 0 of each node) when ``synthetic`` asks for it."""
         self._prepare_synthetic()
 
     @override
@@ -449,7 +430,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         return DecodeAhead(self._transfer.decode, strategy.root_device, self.decode_ahead)
 
     def _splits(self) -> SplitBuilder:
-        """How the splits are read, from the arguments as they are now (``synthetic_dir`` sets the manifests)."""
+        """How the splits are read, from the arguments as they are now (``synthetic`` sets the manifests)."""
         manifests = {"train_manifest": self.train_manifest, "val_manifest": self.val_manifest,
                      "test_manifest": self.test_manifest}
         return SplitBuilder(

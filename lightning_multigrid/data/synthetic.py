@@ -43,7 +43,7 @@ from lightning_multigrid.data.tools.processes import map_in_processes
 __all__ = [
     "SYNTHETIC_CLASS_NAMES",
     "SyntheticDataset",
-    "SyntheticSource",
+    "SyntheticData",
     "ensure_synthetic_dataset",
     "generate_synthetic_dataset",
     "render_synthetic_video",
@@ -149,36 +149,55 @@ def ensure_synthetic_stores(
 
 
 @dataclass(frozen=True, slots=True)
-class SyntheticSource:
-    """The DataModule's built-in synthetic dataset: its files stand in for the manifests.
+class SyntheticData:
+    """The built-in synthetic dataset, as the DataModule's ``synthetic`` argument: its files stand in
+    for the manifests. Checks itself on construction.
 
-    Attributes:
-        root: the folder it is generated into (the DataModule's ``synthetic_dir``).
-        size: ``(train, val)`` videos.
-        texture_cell: the checkerboard's cell in pixels (``None``: the generator's default).
-        format: ``"mp4"`` trains on the videos; ``"store"`` on them packed into frame stores.
+    Args:
+        path: generate the dataset here on first use (when it holds no ``train.csv``/``val.csv``
+            yet) and use it.
+        size: ``(train, val)`` videos to generate.
+        texture_cell: the checkerboard's cell in pixels (``None``: 6 px, fine detail that the
+            coarsest grids blur away; 12 px stays visible on every grid).
+        format: ``"mp4"`` trains on the videos; ``"store"`` on them packed once (in
+            ``prepare_data``) into frame stores for the run's crop (``pack-frames``), the faster
+            path on few CPU cores (docs/data.md).
+
+    Raises:
+        ValueError: naming the field (``synthetic.size``, ...), its constraint and its value.
     """
 
-    root: str
-    size: tuple[int, int]
+    path: str
+    size: tuple[int, int] = (240, 60)
     texture_cell: int | None = None
     format: Literal["mp4", "store"] = "mp4"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, (str, os.PathLike)):
+            raise ValueError(f"`synthetic.path` must be a folder, got {self.path!r}.")
+        size = tuple(self.size)
+        if len(size) != 2 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in size):
+            raise ValueError(f"`synthetic.size` must be (train, val) video counts >= 1, got {self.size!r}.")
+        object.__setattr__(self, "size", (size[0], size[1]))
+        check_texture_cell("synthetic.texture_cell", self.texture_cell)
+        if self.format not in ("mp4", "store"):
+            raise ValueError(f"`synthetic.format` must be 'mp4' or 'store', got {self.format!r}.")
 
     def manifests(self, crop_size: int, jitter_scales: tuple[int, int] | None) -> tuple[str, str, str | None]:
         """The ``(train, val, class names)`` files for a base crop; a store holds its own class names (``None``)."""
         from lightning_multigrid.data.tools.pack import store_levels
 
-        train, val, names = synthetic_files(self.root)
+        train, val, names = synthetic_files(self.path)
         if self.format == "mp4":
             return train, val, names
-        return *synthetic_store_files(self.root, store_levels(crop_size, jitter_scales)[0]), None
+        return *synthetic_store_files(self.path, store_levels(crop_size, jitter_scales)[0]), None
 
     def prepare(self, seed: int, crop_size: int, jitter_scales: tuple[int, int] | None) -> None:
         """Generate the videos unless there (:func:`ensure_synthetic_dataset`), and pack them for ``"store"``."""
-        ensure_synthetic_dataset(self.root, num_train=self.size[0], num_val=self.size[1], seed=seed,
+        ensure_synthetic_dataset(self.path, num_train=self.size[0], num_val=self.size[1], seed=seed,
                                  texture_cell=self.texture_cell)
         if self.format == "store":
-            ensure_synthetic_stores(self.root, crop_size, jitter_scales)
+            ensure_synthetic_stores(self.path, crop_size, jitter_scales)
 
 
 _SETTINGS_FILE = "synthetic.json"
