@@ -7,9 +7,9 @@ what that module needs: no torch for the schedule, no schedule for the data pipe
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from lightning_multigrid._lazy import lazy_attribute
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
 __version__ = "0.1.0.dev0"
@@ -42,6 +42,4 @@ __all__ = ["ClipSampling", "EvalViews", "FixedGrid", "GridPlan", "GridShape", *_
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'lightning_multigrid' has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)

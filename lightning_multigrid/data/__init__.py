@@ -19,8 +19,9 @@ that imports Lightning) is public at the package root, ``lightning_multigrid``.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from lightning_multigrid._lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from lightning_multigrid.data.clip_params import ClipRequest
@@ -76,9 +77,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 def __dir__() -> list[str]:

@@ -13,8 +13,9 @@ pipeline imports :mod:`~lightning_multigrid.models.pathways` (torch only) and mu
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from lightning_multigrid._lazy import lazy_attribute
 
 # Torch only, and `preflight` is also a submodule's name: a lazy function would lose to the module.
 from lightning_multigrid.models.heads import convert_head_pooling, find_fixed_head_pools, make_multigrid_compatible
@@ -25,16 +26,16 @@ if TYPE_CHECKING:
     from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
     from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
 
-# name -> submodule that defines it, imported on first access.
+# name -> module that defines it, imported on first access.
 _LAZY = {
-    "BACKBONES": "backbones",
-    "TWO_PATHWAY_BACKBONES": "backbones",
-    "TinyVideoNet": "backbones",
-    "build_backbone": "backbones",
-    "LoadedWeights": "weights",
-    "classifier_keys": "weights",
-    "load_weights": "weights",
-    "weights_names": "weights",
+    "BACKBONES": "lightning_multigrid.models.backbones",
+    "TWO_PATHWAY_BACKBONES": "lightning_multigrid.models.backbones",
+    "TinyVideoNet": "lightning_multigrid.models.backbones",
+    "build_backbone": "lightning_multigrid.models.backbones",
+    "LoadedWeights": "lightning_multigrid.models.weights",
+    "classifier_keys": "lightning_multigrid.models.weights",
+    "load_weights": "lightning_multigrid.models.weights",
+    "weights_names": "lightning_multigrid.models.weights",
 }
 
 __all__ = [
@@ -57,6 +58,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return lazy_attribute(__name__, _LAZY, name)
