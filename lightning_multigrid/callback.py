@@ -98,16 +98,15 @@ class MultigridCallback(Callback):
         short_run: the short-run mode for runs of a few thousand optimizer steps: coarse grids at
             (about) the base batch first, then the full grid, over the baseline's epochs and LR
             schedule (``docs/finetuning-and-short-runs.md``). ``True``: with its default settings
-            (``False`` or ``None``: off);
-            a :class:`~lightning_multigrid.config.ShortRun` sets them (``coarse_share``: at most
-            this fraction of the epochs on coarse grids; ``max_lr_factor``: largest batch growth,
-            and LR factor, of a coarse grid); in YAML ``short_run: {coarse_share: 0.3}``.
+            (``False`` or ``None``: off); a :class:`~lightning_multigrid.config.ShortRun` sets them
+            (``coarse_share``: at most this fraction of the epochs on coarse grids;
+            ``max_lr_factor``: largest batch growth, and LR factor, of a coarse grid); in YAML
+            ``short_run: {coarse_share: 0.3}``.
 
     The multigrid options are checked here and kept as one value, :attr:`options` (a
-    :class:`~lightning_multigrid.config.MultigridOptions`, where each is described and its default
-    written). Each default above is the options' own.
-    Trainer settings in ``setup``/``on_fit_start``, before the first
-    step. Those changed for the fit (``max_epochs``: the multigrid count; ``max_steps``,
+    :class:`~lightning_multigrid.config.MultigridOptions`, which describes each and holds its
+    default: the defaults above are read from it). Trainer settings are checked in
+    ``setup``/``on_fit_start``, before the first step. Those changed for the fit (``max_epochs``: the multigrid count; ``max_steps``,
     ``val_check_interval``: mapped) get the user's values back after it, also when fit raises. How
     every Trainer setting is read, mapped or refused (precision, resume, a second ``fit``,
     ``BackboneFinetuning``...): ``docs/trainer.md``.
