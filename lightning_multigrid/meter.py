@@ -107,6 +107,6 @@ class DataWaitMeter:
         lines.append(
             "  The coarse grids' saving did not reach the wall clock there. Read frames from a packed store "
             "(or frame folders instead of mp4), use fewer or larger long-cycle shapes, more loader "
-            "workers (`num_workers`), or decode on the device (`frame_decode=\"device\"`)."
+            "workers (`num_workers`), or decode on the device (`reader_settings: {frame_decode: device}`)."
         )
         return "\n".join(lines)
