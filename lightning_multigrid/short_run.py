@@ -23,8 +23,9 @@ def short_run_stages(config: MultigridConfig, short_run: ShortRun) -> tuple[tupl
     is baseline epoch ``e`` and every stage has one LR stage.
     """
     grid_of_epoch = [(1.0, 1.0)] * config.max_epochs
+    grids = _coarse_grids(config)
     start = 0
-    for factors, epochs in zip(_coarse_grids(config), _coarse_epochs(config, short_run)):
+    for factors, epochs in zip(grids, _coarse_epochs(config, short_run, grids)):
         grid_of_epoch[start : start + epochs] = [factors] * epochs
         start += epochs
     edges = (0, *config.milestones, config.max_epochs)
@@ -44,13 +45,12 @@ def _coarse_grids(config: MultigridConfig) -> list[tuple[float, float]]:
     return sorted(coarse, key=lambda f: -_cost_ratio(config, *f))
 
 
-def _coarse_epochs(config: MultigridConfig, short_run: ShortRun) -> list[int]:
-    """Whole epochs of each coarse grid (coarsest first), each share proportional to ``1 / r``.
+def _coarse_epochs(config: MultigridConfig, short_run: ShortRun, grids: list[tuple[float, float]]) -> list[int]:
+    """Whole epochs of each of the coarse ``grids`` (coarsest first), each share proportional to ``1 / r``.
 
     ``floor(coarse_share * max_epochs)`` epochs in all, split in proportion to ``1 / r`` by
     rounding the cumulative ends, so a grid whose share rounds to nothing gets 0 epochs.
     """
-    grids = _coarse_grids(config)
     total = math.floor(short_run.coarse_share * config.max_epochs + 1e-9)
     weights = [1 / _cost_ratio(config, t, s) for t, s in grids]
     ends = [round(total * sum(weights[: i + 1]) / sum(weights)) for i in range(len(weights))]
