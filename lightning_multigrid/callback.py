@@ -106,10 +106,10 @@ class MultigridCallback(Callback):
     The multigrid options are checked here and kept as one value, :attr:`options` (a
     :class:`~lightning_multigrid.config.MultigridOptions`, which describes each and holds its
     default: the defaults above are read from it). Trainer settings are checked in
-    ``setup``/``on_fit_start``, before the first step. Those changed for the fit (``max_epochs``: the multigrid count; ``max_steps``,
-    ``val_check_interval``: mapped) get the user's values back after it, also when fit raises. How
-    every Trainer setting is read, mapped or refused (precision, resume, a second ``fit``,
-    ``BackboneFinetuning``...): ``docs/trainer.md``.
+    ``setup``/``on_fit_start``, before the first step. Those changed for the fit (``max_epochs``:
+    the multigrid count; ``max_steps``, ``val_check_interval``: mapped) get the user's values back
+    after it, also when fit raises. How every Trainer setting is read, mapped or refused
+    (precision, resume, a second ``fit``, ``BackboneFinetuning``...): ``docs/trainer.md``.
 
     Example::
 
