@@ -47,6 +47,7 @@ from lightning_multigrid.data.decoding.metadata import FrameFolder
 from lightning_multigrid.data.manifests.entries import VideoEntry
 
 __all__ = [
+    "IMAGE_ERRORS",
     "JPEG_EXTENSIONS",
     "EncodedClip",
     "FrameFolder",
@@ -62,8 +63,8 @@ __all__ = [
 
 JPEG_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg")
 
-# PIL raises these for files that are not images, truncated or damaged.
-_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
+# PIL raises these for files that are not images, truncated or damaged (every reader of JPEG bytes catches them).
+IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
 # After a scan's entropy-coded data: the next marker (0xFF not followed by a stuffed 0x00, a
 # restart marker or a fill byte).
@@ -252,7 +253,7 @@ def load_checked_frame(folder: FrameFolder, index: int) -> Image.Image:
             raise
     except FileNotFoundError:
         raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
-    except _IMAGE_ERRORS as error:
+    except IMAGE_ERRORS as error:
         raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
     return image
 
@@ -339,7 +340,7 @@ def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.nda
         raise
     except FileNotFoundError:
         raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
-    except _IMAGE_ERRORS as error:
+    except IMAGE_ERRORS as error:
         raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
 
 
@@ -361,7 +362,7 @@ def _jpeg_size_of(file: IO[bytes], path: str, folder: str) -> tuple[int, int]:
                 raise VideoDecodeError(folder, f"frame {path} is not a JPEG ({image.format})")
             _check_upright(image, path, folder)
             return image.size
-    except _IMAGE_ERRORS as error:
+    except IMAGE_ERRORS as error:
         raise VideoDecodeError(folder, f"frame {path} is not a readable JPEG ({describe_error(error)})") from None
 
 

@@ -30,7 +30,7 @@ from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
-from lightning_multigrid.data.decoding.frames import EncodedClip, decode_crop
+from lightning_multigrid.data.decoding.frames import IMAGE_ERRORS, EncodedClip, decode_crop
 from lightning_multigrid.data.decoding.readers import FrameDecode, check_frame_decode
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choose_level
@@ -38,9 +38,6 @@ from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choos
 __all__ = ["PackedFrameReader"]
 
 logger = logging.getLogger(__name__)
-
-# PIL raises these for data that is not an image, truncated or damaged.
-_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 class PackedFrameReader:
@@ -96,7 +93,7 @@ class PackedFrameReader:
                 try:
                     with Image.open(io.BytesIO(jpeg)) as image:
                         image.load()
-                except _IMAGE_ERRORS as error:
+                except IMAGE_ERRORS as error:
                     name = self.frame_name(entry, level, frame)
                     raise VideoDecodeError(entry.name, f"frame {name} cannot be decoded ({describe_error(error)})") from None
         return video
@@ -127,7 +124,7 @@ class PackedFrameReader:
         try:
             with Image.open(io.BytesIO(jpeg)) as image:
                 return decode_crop(image, params)
-        except _IMAGE_ERRORS as error:
+        except IMAGE_ERRORS as error:
             raise VideoDecodeError(
                 entry.name, f"frame {self.frame_name(entry, level, frame)} cannot be decoded ({describe_error(error)})"
             ) from None
