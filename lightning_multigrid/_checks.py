@@ -50,18 +50,16 @@ def check_bool(name: str, value: Any, allow_none: bool = False) -> Any:
     return value
 
 
-def check_instance(name: str, value: Any, kind: type, default: Any = None) -> Any:
-    """Return ``value`` if it is a ``kind`` (``default`` when it is ``None``), else raise naming ``name``.
+def check_instance(name: str, value: Any, kind: type, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is a ``kind`` (or ``None`` when allowed), else raise naming ``name``.
 
-    For arguments that take a settings value whole, such as the DataModule's ``reader_settings``.
+    For arguments that take a value whole, such as a grid value or the DataModule's ``reader_settings``.
 
     Raises:
-        TypeError: ``"`name` must be a kind(...), got value."``
+        TypeError: ``"`name` must be a Kind, got value."``
     """
-    if value is None:
-        return default
-    if not isinstance(value, kind):
-        raise TypeError(f"`{name}` must be a {kind.__name__}(...) or None, got {value!r}.")
+    if not (isinstance(value, kind) or (allow_none and value is None)):
+        raise TypeError(f"`{name}` must be a {kind.__name__}{' or None' if allow_none else ''}, got {value!r}.")
     return value
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from lightning_multigrid._checks import check_bool, check_positive_int, check_positive_number, is_number
+from lightning_multigrid._checks import check_bool, check_instance, check_positive_int, check_positive_number, is_number
 from lightning_multigrid.grid import ClipSampling, GridShape
 
 __all__ = [
@@ -240,8 +240,7 @@ class MultigridConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.base, GridShape):
             raise TypeError(f"`base` must be a GridShape(batch_size, num_frames, crop_size), got {self.base!r}.")
-        if not isinstance(self.options, MultigridOptions):
-            raise TypeError(f"`options` must be a MultigridOptions(...), got {self.options!r}.")
+        check_instance("options", self.options, MultigridOptions)
         for name in ("max_epochs", "devices"):
             check_positive_int(name, getattr(self, name))
         check_positive_number("gamma", self.gamma)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from lightning_multigrid._checks import check_positive_int
+from lightning_multigrid._checks import check_instance, check_positive_int
 
 __all__ = [
     "ClipSampling",
@@ -180,10 +180,8 @@ class FixedGrid:
     clip_sampling: ClipSampling = ClipSampling()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_shape, GridShape):
-            raise TypeError(f"`base_shape` must be a GridShape, got {self.base_shape!r}.")
-        if not isinstance(self.clip_sampling, ClipSampling):
-            raise TypeError(f"`clip_sampling` must be a ClipSampling, got {self.clip_sampling!r}.")
+        check_instance("base_shape", self.base_shape, GridShape)
+        check_instance("clip_sampling", self.clip_sampling, ClipSampling)
         self.clip_sampling.check_fits(self.base_shape.crop_size)
 
     def epoch_spans(self) -> tuple[tuple[int, int | None], ...]:

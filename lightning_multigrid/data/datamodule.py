@@ -149,21 +149,21 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         super().__init__()
         # Each value checks its own arguments, naming them.
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
-        self.eval_views: EvalViews = check_instance("eval_views", eval_views, EvalViews, EvalViews())
+        check_instance("eval_views", eval_views, EvalViews, allow_none=True)
+        self.eval_views = EvalViews() if eval_views is None else eval_views
         self._transfer = BatchTransfer(mean, std, slowfast_alpha, strict)
         self._loaders = ServedLoaders(
             LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
         )
         # The decoder settings, whole; the readers are built from them in `setup`.
-        self.reader_settings: ReaderSettings = check_instance(
-            "reader_settings", reader_settings, ReaderSettings, ReaderSettings()
-        )
+        check_instance("reader_settings", reader_settings, ReaderSettings, allow_none=True)
+        self.reader_settings = ReaderSettings() if reader_settings is None else reader_settings
         check_bool("flip", flip, allow_none=True)
         check_manifest_kind(manifest_kind)
         check_int("decode_ahead", decode_ahead, 0)
         if decode_ahead > 2:
             raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
-        self._synthetic: SyntheticData | None = check_instance("synthetic", synthetic, SyntheticData)
+        self._synthetic: SyntheticData | None = check_instance("synthetic", synthetic, SyntheticData, allow_none=True)
         if synthetic is not None:
             check_synthetic_alone(
                 train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,

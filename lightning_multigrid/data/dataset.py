@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from lightning_multigrid._checks import check_bool, check_positive_int
+from lightning_multigrid._checks import check_bool, check_instance, check_positive_int
 from lightning_multigrid.data.clip_params import (
     ClipParams,
     ClipRequest,
@@ -313,11 +313,9 @@ class EvalVideoDataset(_VideoDataset, Dataset[Sample]):
         max_replacements: int = 20,
         manifest_kind: ManifestKind = "auto",
     ) -> None:
-        for name, value, kind in (
-            ("base_shape", base_shape, GridShape), ("clip_sampling", clip_sampling, ClipSampling), ("views", views, EvalViews)
-        ):
-            if not isinstance(value, kind):
-                raise TypeError(f"`{name}` must be a {kind.__name__}, got {value!r}.")
+        check_instance("base_shape", base_shape, GridShape)
+        check_instance("clip_sampling", clip_sampling, ClipSampling)
+        check_instance("views", views, EvalViews)
         clip_sampling.check_fits(base_shape.crop_size)  # the evaluation short side is the jitter minimum
         super().__init__(
             load_manifest(manifest, root=root, class_names=class_names, kind=manifest_kind), reader, strict=strict,
