@@ -20,9 +20,9 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
     import pytorch_lightning as pl
 
 __all__ = [
-    "build_train_loader", "drop_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step", "iterations_done_in_epoch",
-    "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit", "sequential_lr_parts", "setting_owner",
-    "shutdown_loader_workers",
+    "drop_train_loader", "ensure_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step",
+    "iterations_done_in_epoch", "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit",
+    "sequential_lr_parts", "setting_owner", "shutdown_loader_workers",
 ]
 
 
@@ -36,7 +36,7 @@ def drop_train_loader(trainer: pl.Trainer) -> None:
     trainer.fit_loop._combined_loader = None
 
 
-def build_train_loader(trainer: pl.Trainer) -> None:
+def ensure_train_loader(trainer: pl.Trainer) -> None:
     """Build the fit loop's train loader now, if it has none yet, so ``trainer.num_training_batches`` is known.
 
     Lightning builds it at the start of the first epoch; the callback needs the baseline loader's

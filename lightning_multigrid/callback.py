@@ -21,7 +21,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import build_train_loader, drop_train_loader, setting_owner
+from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
@@ -308,7 +308,7 @@ class MultigridCallback(Callback):
     def _baseline_batches_per_epoch(self, trainer: pl.Trainer) -> int:
         # Called before the schedule is attached, so this is the baseline loader's length (with
         # `limit_train_batches`), as the user's configure_optimizers saw it.
-        build_train_loader(trainer)  # if nothing has yet
+        ensure_train_loader(trainer)  # if nothing has yet
         return max(1, int(trainer.num_training_batches))
 
     def _change(self, trainer: pl.Trainer, name: str, value: Any) -> None:

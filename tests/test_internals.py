@@ -14,8 +14,8 @@ from torch.optim.lr_scheduler import LinearLR, MultiStepLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_multigrid._internals import (
-    build_train_loader,
     drop_train_loader,
+    ensure_train_loader,
     finish_epoch_saved_at_its_last_batch,
     is_logging_step,
     iterations_done_in_epoch,
@@ -71,9 +71,9 @@ class _LengthAtFitStart(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module):
         self.before = trainer.num_training_batches
-        build_train_loader(trainer)
+        ensure_train_loader(trainer)
         self.length = trainer.num_training_batches
-        build_train_loader(trainer)  # a second call keeps the loader it built
+        ensure_train_loader(trainer)  # a second call keeps the loader it built
         self.built = pl_module.loaders_built
 
 
