@@ -154,3 +154,21 @@ def test_a_store_whose_files_are_absent_is_refused_at_open_naming_the_file(
     assert exit_code.value.code == 2
     captured = capsys.readouterr()
     assert f"names {name}, which is not in the folder" in captured.err and "FAILED" not in captured.out
+
+
+@pytest.mark.parametrize("crop", [0, -5])
+def test_a_crop_size_below_1_is_refused_naming_the_crop_size(
+    tmp_path: Path, frames: FrameFactory, capsys: pytest.CaptureFixture[str], crop: int
+) -> None:
+    manifest = smooth_manifest(tmp_path, frames, count=1)
+    with pytest.raises(ValueError, match=rf"^`crop_size` must be a positive integer, got {crop}\.$"):
+        pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=crop, workers=1, progress=False)
+    for argv, flag in (
+        (["pack-frames", str(manifest), str(tmp_path / "s.store"), "--crop-size", str(crop)], "--crop-size"),
+        (["make-synthetic", str(tmp_path / "synthetic"), "--store-crop-size", str(crop)], "--store-crop-size"),
+    ):
+        with pytest.raises(SystemExit) as exit_code:
+            main(argv)
+        assert exit_code.value.code == 2
+        assert f"error: `{flag}` must be a positive integer, got {crop}." in capsys.readouterr().err
+    assert not (tmp_path / "synthetic").exists() and not (tmp_path / "s.store").exists()  # refused before any work

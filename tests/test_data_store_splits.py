@@ -1,18 +1,23 @@
 """A packed frame store beside other datasets: inside a folder-per-class root, as the training split of a
-DataModule whose other splits are a folder per class or frame folders that need their own settings."""
+DataModule whose other splits are a folder per class or frame folders that need their own settings; and
+the one rule for a still picture, in video files, frame folders and stores."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.data.decoding import frames as frames_module
+from lightning_multigrid.data.decoding.errors import VideoDecodeError
+from lightning_multigrid.data.decoding.readers import FrameFolderReader
 from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
-from lightning_multigrid.data.tools.check import check_videos
+from lightning_multigrid.data.tools.check import check_video, check_videos
 from lightning_multigrid.data.tools.pack import pack_frames
 
 from conftest import FrameFactory, VideoFactory
@@ -91,3 +96,30 @@ def test_a_store_beside_frame_folders_that_need_root_dir_and_layout_settings(tmp
     val = datamodule.val_dataloader()
     batch = next(iter(val))
     assert batch["video"].shape[-1] == 32 and datamodule.skipped_videos == 0
+
+
+def test_a_single_frame_is_a_still_picture_for_videos_frame_folders_and_stores(
+    tmp_path: Path, frames: FrameFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    still = "holds a single frame (a still picture; every clip would repeat it)"
+    frames.coded("one", num_frames=1)
+    frames.coded("good", num_frames=12)
+    (tmp_path / "m.txt").write_text("one 0\ngood 1\n")
+    manifest = load_manifest(tmp_path / "m.txt")
+    folder_reason = f"not a video: the frame folder {still}"
+    with pytest.raises(VideoDecodeError, match=re.escape(folder_reason)):
+        FrameFolderReader().source(manifest.entries[0])  # training skips it (strict raises)
+    assert [(f.path, f.error) for f in check_videos(manifest, workers=1, progress=False).failures] == [
+        (str(tmp_path / "one"), folder_reason)
+    ]
+    report = pack_frames(manifest, tmp_path / "s.store", crop_size=32, workers=1, progress=False)
+    assert [(f.path, f.error) for f in report.failures] == [(str(tmp_path / "one"), folder_reason)]
+    video = VideoFactory(tmp_path).coded("still.mp4", num_frames=1)
+    assert check_video(str(video)).error == f"not a video: its video stream {still}"
+    # A store packed by a version without the rule: its still picture is refused when read.
+    monkeypatch.setattr(frames_module, "refuse_still_picture", lambda *args: None)
+    old = pack_frames(manifest, tmp_path / "old.store", crop_size=32, workers=1, progress=False).store
+    monkeypatch.undo()
+    entry = load_manifest(old).entries[0]
+    with pytest.raises(VideoDecodeError, match=re.escape(f"not a video: the store {old} {still}")):
+        PackedFrameReader(old).source(entry)

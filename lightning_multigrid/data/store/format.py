@@ -146,12 +146,13 @@ class FrameStore:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._hold = _hold_videos_file(Path(self.path), self.header)
-        if self._hold is None:
+        hold = _hold_videos_file(Path(self.path), self.header)
+        if hold is None:
             raise ManifestError(
                 f"{self.path}: the frame store was packed again and the files this run opened were removed "
                 "(no process held them): start the run again."
             )
+        self._hold = hold
 
     @property
     def num_videos(self) -> int:

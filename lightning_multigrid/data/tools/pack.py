@@ -45,7 +45,7 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image
 
-from lightning_multigrid._checks import check_int
+from lightning_multigrid._checks import check_int, check_positive_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
@@ -92,9 +92,10 @@ def store_levels(crop_size: int, jitter_scales: tuple[int, int] | None = None, l
     """Short sides of a store's levels for a base crop: the jitter maximum, then 1/sqrt(2) steps below it.
 
     Raises:
-        ValueError: when ``levels`` < 1, the crop does not fit the jitter scales, or a level would
-            fall below 1 pixel or repeat the one above.
+        ValueError: when ``crop_size`` < 1 or ``levels`` < 1, the crop does not fit the jitter scales, or
+            a level would fall below 1 pixel or repeat the one above.
     """
+    check_positive_int("crop_size", crop_size)
     check_int("levels", levels, 1)
     sampling = ClipSampling(jitter_scales=jitter_scales)
     sampling.check_fits(crop_size)
