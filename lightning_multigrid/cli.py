@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid._checks import check_output_file
+from lightning_multigrid._checks import check_output_file, check_positive_int
 from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
 __all__ = ["main"]
@@ -161,6 +161,7 @@ def _run_pack_frames(args: argparse.Namespace) -> None:
 
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
     _check_workers(args.workers)
+    check_positive_int("--crop-size", args.crop_size)  # named as the flag; pack_frames checks `crop_size` again
     manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = pack_frames(
         manifest,
@@ -211,8 +212,9 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
     from lightning_multigrid.data.synthetic import generate_synthetic_dataset
     from lightning_multigrid.data.tools.pack import pack_frames, store_levels
 
-    if args.store_crop_size is not None:
-        store_levels(args.store_crop_size)  # refused before any video is written
+    if args.store_crop_size is not None:  # refused before any video is written
+        check_positive_int("--store-crop-size", args.store_crop_size)
+        store_levels(args.store_crop_size)
 
     data = generate_synthetic_dataset(
         args.directory,

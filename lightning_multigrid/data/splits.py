@@ -55,9 +55,18 @@ class SplitBuilder:
     baseline: FixedGrid
     views: EvalViews
 
-    def manifest(self, path: str) -> Manifest:
-        """The manifest at ``path``, labels written as names read with :attr:`class_names`."""
-        return load_manifest(path, root=self.root_dir, class_names=self.class_names, kind=self.manifest_kind)
+    def manifest(self, path: str, class_names: str | tuple[str, ...] | None = None) -> Manifest:
+        """The manifest at ``path``, labels written as names read with ``class_names`` (default
+        :attr:`class_names`).
+
+        :attr:`root_dir` and the class names apply to manifest files only: a packed frame store and a
+        folder per class hold their own paths and class names, so a split of either beside a manifest
+        file that needs them is read without them (the DataModule's settings are shared by its splits).
+        """
+        if Path(path).is_dir():
+            return load_manifest(path, kind=self.manifest_kind)
+        names = self.class_names if class_names is None else class_names
+        return load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
 
     def train(self, flip: bool) -> TrainVideoDataset:
         """The training set of ``train_manifest``, on the reader its format asks for.
@@ -102,11 +111,8 @@ class SplitBuilder:
 
     def _read_evaluation(self, argument: str, path: str, training: Manifest | None) -> EvalVideoDataset:
         """The evaluation views of a manifest, its classes mapped onto the training classes: training owns them."""
-        names: str | tuple[str, ...] | None = None
-        if not Path(path).is_dir():  # a folder per class names its own classes
-            # Without a class-names file, labels written as names read as the training classes.
-            names = self.class_names or (training.class_names if training is not None else None)
-        manifest = load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
+        # Without a class-names file, labels written as names read as the training classes.
+        manifest = self.manifest(path, self.class_names or (training.class_names if training is not None else None))
         if training is not None:
             manifest = align_classes(manifest, training, argument)
         dataset = EvalVideoDataset(

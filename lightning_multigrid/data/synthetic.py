@@ -134,17 +134,19 @@ def ensure_synthetic_stores(
     manifest holds the videos of an earlier dataset and is packed again.
     """
     from lightning_multigrid.data.manifests.load import load_manifest
-    from lightning_multigrid.data.store.format import HEADER_FILE
+    from lightning_multigrid.data.store.format import HEADER_FILE, packing_lock
     from lightning_multigrid.data.tools.pack import pack_frames, store_levels
 
     train, val, names = synthetic_files(root)
     stores = synthetic_store_files(root, store_levels(crop_size, jitter_scales)[0])
     for manifest, store in zip((train, val), stores):
-        header = Path(store) / HEADER_FILE
-        if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
-            continue
-        pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size, jitter_scales=jitter_scales,
-                    progress=False)
+        # Checked holding the packing lock: a run started beside this one finds the store it packed.
+        with packing_lock(store):
+            header = Path(store) / HEADER_FILE
+            if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
+                continue
+            pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size,
+                        jitter_scales=jitter_scales, progress=False)
     return stores
 
 

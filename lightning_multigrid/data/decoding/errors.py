@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["VideoDecodeError", "describe_error", "unreadable"]
+__all__ = ["MIN_FRAMES", "VideoDecodeError", "describe_error", "refuse_still_picture", "unreadable"]
+
+MIN_FRAMES = 2  # a video of fewer frames is a still picture: every clip would repeat its one frame
 
 
 class VideoDecodeError(RuntimeError):
@@ -39,3 +41,20 @@ def unreadable(error: OSError) -> str:
     """The skip reason of a file the system will not read (permissions, a file gone meanwhile):
     the same words in training and in ``check-data``."""
     return f"cannot be read ({describe_error(error)})"
+
+
+def refuse_still_picture(path: str, num_frames: int, holder: str) -> None:
+    """The one rule for how many frames make a video, for video files, frame folders and stores alike.
+
+    Args:
+        path: the video, for the message.
+        num_frames: frames it holds.
+        holder: what holds the frames, in words (``"its video stream"``, ``"the frame folder"``).
+
+    Raises:
+        VideoDecodeError: when it holds fewer than :data:`MIN_FRAMES`.
+    """
+    if num_frames < MIN_FRAMES:
+        raise VideoDecodeError(
+            path, f"not a video: {holder} holds a single frame (a still picture; every clip would repeat it)"
+        )

@@ -70,8 +70,9 @@ class FrameLayout:
         check_bool("allow_frame_gaps", self.allow_gaps)
 
     def check_applies(self, manifest_format: str, source: str) -> None:
-        """Refuse a layout set for a manifest of video files: it describes frame folders."""
-        if (self.filename_tmpl is not None or self.allow_gaps) and manifest_format != "frames":
+        """Refuse a layout set for a manifest of video files: it describes frame folders. A packed frame
+        store passes: its frames were chosen when it was packed, and the layout may be for another split."""
+        if (self.filename_tmpl is not None or self.allow_gaps) and manifest_format == "video":
             raise ValueError(
                 f"`filename_tmpl` and `allow_frame_gaps` describe frame folders, but {source} lists video files: "
                 "leave them unset."

@@ -41,7 +41,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
-from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, refuse_still_picture
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.metadata import FrameFolder
 from lightning_multigrid.data.manifests.entries import VideoEntry
@@ -89,7 +89,8 @@ def open_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -
         layout: which files of a folder are frames (see :mod:`lightning_multigrid.data.decoding.frame_names`).
 
     Raises:
-        VideoDecodeError: when the folder does not exist, cannot be listed or holds no frames, when
+        VideoDecodeError: when the folder does not exist, cannot be listed or holds no frames or one
+            (a still picture: :func:`~lightning_multigrid.data.decoding.errors.refuse_still_picture`), when
             its frame numbers skip (unless ``layout.allow_gaps``) or its files mix name patterns
             without a template, when it holds fewer frames than the manifest's ``num_frames`` or
             a listed frame is missing, or when the first frame is not a readable JPEG.
@@ -99,6 +100,7 @@ def open_frame_folder(entry: VideoEntry, layout: FrameLayout = DEFAULT_LAYOUT) -
         names = list(entry.frame_paths)
     else:
         names = _list_frames(entry, layout)
+    refuse_still_picture(folder, len(names), "the frame folder" if not entry.frame_paths else "its frame list")
     width, height = _jpeg_size(names[0], folder)
     pattern = _pattern_of(folder, names)
     return FrameFolder(folder, width, height, len(names), pattern, () if pattern else tuple(names))

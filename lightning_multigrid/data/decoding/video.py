@@ -58,7 +58,7 @@ from lightning_multigrid.data.decoding.display import (
     stored_size,
     upright,
 )
-from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, refuse_still_picture
 from lightning_multigrid.data.decoding.metadata import FrameTimestamps, VideoMetadata, file_stamp
 
 __all__ = ["Interpolation", "VideoReader", "decoder_threads_per_worker", "probe_video"]
@@ -357,10 +357,7 @@ class VideoReader:
                 self.path,
                 f"the file is truncated: its index lists {stream.frames} frames, only {packets} are in the file",
             )
-        if len(pts_list) < 2:
-            raise VideoDecodeError(
-                self.path, "not a video: its video stream holds a single frame (a still picture; every clip would repeat it)"
-            )
+        refuse_still_picture(self.path, len(pts_list), "its video stream")
         width, height = stream.codec_context.width, stream.codec_context.height
         if width <= 0 or height <= 0:
             raise VideoDecodeError(self.path, f"the video stream has no frame size ({width}x{height})")

@@ -70,10 +70,17 @@ def _index_mapping(manifest: Manifest, training: Manifest, argument: str) -> dic
     if manifest.class_names is None:
         return None
     if training.class_names is None:
+        fix = (
+            # A store keeps the class names it was packed with: `class_names` does not apply to it.
+            f"pack the training store again with its class names: `lightning-multigrid pack-frames <manifest> "
+            f"{training.source} --class-names <file>` (the training classes in index order, one per line)"
+            if training.format == "store"
+            else "pass `class_names` (the training classes in index order, one per line)"
+        )
         raise ManifestError(
             f"`{argument}` {manifest.source} names its classes ({describe_classes(manifest)}), but the training "
-            f"manifest {training.source} gives class indices without names, so they cannot be matched: pass "
-            "`class_names` (the training classes in index order, one per line)."
+            f"{'store' if training.format == 'store' else 'manifest'} {training.source} gives class indices without "
+            f"names, so they cannot be matched: {fix}."
         )
     if manifest.class_names == training.class_names:
         return None

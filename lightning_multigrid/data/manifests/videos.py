@@ -12,7 +12,8 @@ Three layouts, the ones video datasets ship with:
 - **multi-label** lines (Charades style): the label field is a comma-separated list,
   ``path 3,17,42``; a manifest with any such line is multi-label;
 - a **folder per class**: ``root/<class>/<video>``, classes in sorted name order. A folder holding
-  :data:`FRAMES_OUTPUT_MARKER` is an ``extract-frames`` output placed inside the root, never a class.
+  :data:`FRAMES_OUTPUT_MARKER` is an ``extract-frames`` output placed inside the root, and a packed frame
+  store (``pack-frames``) one, never a class.
 
 Labels are read as :mod:`~lightning_multigrid.data.manifests.entries` says.
 
@@ -43,6 +44,7 @@ from lightning_multigrid.data.manifests.entries import (
     resolve_class_names,
     split_line,
 )
+from lightning_multigrid.data.store.format import is_store
 
 __all__ = ["FRAMES_OUTPUT_MARKER", "read_folder_manifest", "read_manifest", "write_manifest"]
 
@@ -128,7 +130,8 @@ def read_folder_manifest(
         extensions: file name endings of videos (case-insensitive); other files are ignored.
         exclude: folders that are not classes, such as an output folder placed inside ``root``:
             a sub-directory that is one, or that holds one and no video, is left out; so is one
-            holding :data:`FRAMES_OUTPUT_MARKER` (an ``extract-frames`` output), with an info log.
+            holding :data:`FRAMES_OUTPUT_MARKER` (an ``extract-frames`` output) or a packed frame
+            store (``pack-frames``), with an info log.
 
     Raises:
         FileNotFoundError: when ``root`` is not a directory.
@@ -180,6 +183,9 @@ def write_manifest(
 def _is_excluded(folder: Path, excluded: list[Path], suffixes: tuple[str, ...]) -> bool:
     if (folder / FRAMES_OUTPUT_MARKER).is_file():
         logger.info("%s: left out of the classes: it is an `extract-frames` output (it holds %s).", folder, FRAMES_OUTPUT_MARKER)
+        return True
+    if is_store(folder):
+        logger.info("%s: left out of the classes: it is a packed frame store (`pack-frames` output).", folder)
         return True
     resolved = folder.resolve()
     if resolved in excluded:

@@ -18,18 +18,32 @@ refused as incomplete. Level ``k`` holds each video resized to short side ``leve
 upscaled: a video smaller than a level keeps its own size there, and a level that would repeat the
 size of the level above holds no bytes for that video (its size is recorded as 0 x 0).
 
+A packing run never rewrites a file: it writes a new generation (files named with its token) and
+switches ``store.json`` to it. Readers hold the generation they opened (a shared ``flock`` on its
+``videos-<token>.npz``, held by the opened :class:`FrameStore`, inherited by forked workers and taken
+again by spawned ones), and a packing run removes an older generation only when it can take that lock
+exclusively (:func:`remove_unused_generations`): a run reading the store while it is packed again
+keeps reading the frames it started with; their files go at the first packing after it lets go.
+Packing runs into one folder take turns (:func:`packing_lock`, an exclusive ``flock`` on the folder).
+
 Reading is by offset into memory maps (no file opened per frame, no header parsed): the offsets
 are ``np.load(mmap_mode="r")`` and the bytes an ``mmap``, opened once per process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import logging
 import mmap
 import os
+import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -43,14 +57,20 @@ __all__ = [
     "StoredVideo",
     "choose_level",
     "is_store",
+    "packing_lock",
     "read_store_manifest",
+    "remove_unused_generations",
     "store_failures",
 ]
+
+logger = logging.getLogger(__name__)
 
 STORE_FORMAT = "lightning-multigrid frame store"
 STORE_VERSION = 1
 HEADER_FILE = "store.json"
 PACKING_MARKER = ".packing"  # present while pack-frames writes into the folder
+# A generation's files: `L<side>-<token>.bin`, `L<side>-<token>.offsets.npy`, `videos-<token>.npz`.
+_GENERATION_FILE = re.compile(r"^(?:L\d+|videos)-(?P<token>[0-9a-f]+)\.(?:bin|offsets\.npy|npz)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +126,7 @@ class FrameStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
-        self.header = _read_header(Path(path))
+        self.header, self._hold = _hold_generation(Path(path))
         arrays = np.load(Path(path) / self.header["videos_file"])
         self.first_frame: np.ndarray = arrays["first_frame"]  # int64 (videos,)
         self.num_frames: np.ndarray = arrays["num_frames"]  # int64 (videos,)
@@ -121,10 +141,18 @@ class FrameStore:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_maps"] = None  # a map does not travel to a worker: it reopens its own
+        state["_hold"] = None  # nor an open file: a spawned worker takes its own hold
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        hold = _hold_videos_file(Path(self.path), self.header)
+        if hold is None:
+            raise ManifestError(
+                f"{self.path}: the frame store was packed again and the files this run opened were removed "
+                "(no process held them): start the run again."
+            )
+        self._hold = hold
 
     @property
     def num_videos(self) -> int:
@@ -188,9 +216,10 @@ def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The videos of a store as a :class:`Manifest` with ``format="store"`` (``source`` is the store folder).
 
     Raises:
-        ManifestError: as :class:`FrameStore`.
+        ManifestError: as :class:`FrameStore` (a header naming absent files included).
     """
     header = _read_header(Path(path))
+    _check_present(Path(path), header)  # one message naming what is absent, before any video is read
     entries = tuple(
         VideoEntry(entry_path, tuple(labels), int(count), video_id=video_id)
         for entry_path, video_id, labels, count in zip(
@@ -204,6 +233,118 @@ def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
 def store_failures(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
     """The videos ``pack-frames`` left out of a store, with the reason: ``[(name, reason), ...]``."""
     return [(str(f["name"]), str(f["reason"])) for f in _read_header(Path(path))["failures"]]
+
+
+@contextlib.contextmanager
+def packing_lock(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the right to pack into ``folder`` (created): one packing run at a time, in any process.
+
+    An exclusive ``flock`` on the folder itself (no lock file to leave behind), waited for with a note
+    on stderr. Re-entrant within a process, so a check-then-pack (:func:`ensure_synthetic_stores
+    <lightning_multigrid.data.synthetic.ensure_synthetic_stores>`) can hold it around ``pack_frames``.
+    """
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    key = str(path.resolve())
+    if key in _PACKING:
+        _PACKING[key] += 1
+        try:
+            yield
+        finally:
+            _PACKING[key] -= 1
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"pack-frames: waiting for another process that is packing into {path} ...", file=sys.stderr)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        _PACKING[key] = 1
+        try:
+            yield
+        finally:
+            del _PACKING[key]
+    finally:
+        os.close(fd)  # releases the lock
+
+
+_PACKING: dict[str, int] = {}  # folders this process holds the packing lock of, with its depth
+
+
+def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list[str]:
+    """Remove the files of every generation but ``keep`` (a token) that no reader holds; call holding
+    :func:`packing_lock`, after ``store.json`` names ``keep``. Returns the tokens left in place (in use).
+
+    A generation's ``videos-<token>.npz`` is unlinked first, while its exclusive lock is held: a reader
+    that opened it meanwhile finds it unlinked once it has its shared lock, and reads the header again.
+    """
+    base = Path(folder)
+    by_token: dict[str, list[Path]] = {}
+    for path in base.iterdir():
+        match = _GENERATION_FILE.match(path.name)
+        if match and match["token"] != keep:
+            by_token.setdefault(match["token"], []).append(path)
+    in_use = []
+    for token, paths in sorted(by_token.items()):
+        videos = base / f"videos-{token}.npz"
+        with contextlib.ExitStack() as stack:
+            if videos.exists():
+                handle = stack.enter_context(open(videos, "rb"))
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    in_use.append(token)
+                    continue
+                videos.unlink()
+            for path in paths:
+                path.unlink(missing_ok=True)
+    if in_use:
+        logger.info("%s: left in place the files of %d older packing(s) still read by a run.", base, len(in_use))
+    return in_use
+
+
+def _hold_generation(folder: Path) -> tuple[dict[str, Any], IO[bytes]]:
+    """The store's header and a shared lock on the generation it names, so no packing run removes its files.
+
+    Raises:
+        ManifestError: when the header names files that are absent (naming them and the fix).
+    """
+    previous = None
+    while True:
+        header = _read_header(folder)
+        hold = _hold_videos_file(folder, header)
+        if hold is not None:
+            _check_present(folder, header)
+            return header, hold
+        if header.get("token") == previous:
+            _check_present(folder, header)  # the same header twice, its file absent: raises
+        previous = header.get("token")  # packed again meanwhile: read the new header
+
+
+def _hold_videos_file(folder: Path, header: dict[str, Any]) -> IO[bytes] | None:
+    """The generation's videos file, open with a shared lock; ``None`` when it is absent or was removed."""
+    try:
+        handle = open(folder / header["videos_file"], "rb")  # noqa: SIM115 -- held for the store's life
+    except FileNotFoundError:
+        return None
+    fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+    if os.fstat(handle.fileno()).st_nlink == 0:  # removed between the open and the lock
+        handle.close()
+        return None
+    return handle
+
+
+def _check_present(folder: Path, header: dict[str, Any]) -> None:
+    """Every file the header names exists, or one error naming the absent ones and the fix."""
+    named = [header["videos_file"], *(f for entry in header["files"] for f in (entry["frames"], entry["offsets"]))]
+    missing = [name for name in named if not (folder / name).is_file()]
+    if missing:
+        raise ManifestError(
+            f"{folder}: the frame store's {HEADER_FILE} names {', '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not in the folder (removed, or copied without them): pack the "
+            f"store again with `lightning-multigrid pack-frames <manifest> {folder}`."
+        )
 
 
 def _read_header(folder: Path) -> dict[str, Any]:

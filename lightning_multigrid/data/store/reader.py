@@ -29,7 +29,7 @@ import torch
 from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
-from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error
+from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, refuse_still_picture
 from lightning_multigrid.data.decoding.frames import IMAGE_ERRORS, EncodedClip, decode_crop
 from lightning_multigrid.data.decoding.readers import FrameDecode, check_frame_decode
 from lightning_multigrid.data.manifests.entries import VideoEntry
@@ -60,7 +60,7 @@ class PackedFrameReader:
         self._warned_upscale = False
 
     def source(self, entry: VideoEntry) -> StoredVideo:
-        return self.store.video(self._index_of(entry))
+        return self._stored(entry)
 
     def read(self, entry: VideoEntry, params: ClipParams) -> torch.Tensor | EncodedClip:
         index = self._index_of(entry)
@@ -84,7 +84,7 @@ class PackedFrameReader:
             VideoDecodeError: naming the first frame that does not decode.
         """
         index = self._index_of(entry)
-        video = self.store.video(index)
+        video = self._stored(entry)
         frames = list(range(video.num_frames))
         for level in range(len(self.store.levels)):
             if self.store.level_short_side[index][level] == 0:
@@ -113,6 +113,13 @@ class PackedFrameReader:
     def frame_name(self, entry: VideoEntry, level: int, frame: int) -> str:
         """A frame in messages: its video, 1-based number and the level file it was read from."""
         return f"{frame + 1} of {entry.name} (level {self.store.level_name(level)} of the store {self.store.path})"
+
+    def _stored(self, entry: VideoEntry) -> StoredVideo:
+        """The video as sampling sees it; a still picture (packed by an older version) is a bad video, as
+        in every reader."""
+        video = self.store.video(self._index_of(entry))
+        refuse_still_picture(entry.name, video.num_frames, f"the store {self.store.path}")
+        return video
 
     def _index_of(self, entry: VideoEntry) -> int:
         try:

@@ -172,7 +172,10 @@ def check_videos(
     if workers is not None and (isinstance(workers, bool) or workers < 0):
         raise ValueError(f"`workers` must be >= 0, got {workers!r}.")
     is_frames = isinstance(manifest, Manifest) and manifest.format == "frames"
-    layout.check_applies("frames" if is_frames else "video", manifest.source if isinstance(manifest, Manifest) else "the list")
+    if isinstance(manifest, Manifest):
+        layout.check_applies(manifest.format, manifest.source)
+    else:
+        layout.check_applies("video", "the list")
     items: list[Any]
     check: Callable[[Any], VideoCheck]
     packed: list[VideoCheck] = []

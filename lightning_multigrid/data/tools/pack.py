@@ -16,7 +16,9 @@ it are optional (``levels``); on CPU they were measured to add little (docs/data
 
 Safe to interrupt and re-run: the files are written under names new to the run, renamed when
 complete, and the header that makes the folder a store is renamed into place last; a re-run
-rebuilds the store (an older complete store keeps loading until the new one replaces it). The
+rebuilds the store (an older complete store keeps loading until the new one replaces it, and a run
+reading it keeps its files until it lets go). Packing runs into one folder take turns (the second
+waits for the first), so two runs started together never remove each other's files. The
 videos are read and encoded in a process pool that never outlives the command
 (:mod:`~lightning_multigrid.data.tools.processes`).
 
@@ -43,13 +45,21 @@ from typing import IO, Any
 import numpy as np
 from PIL import Image
 
-from lightning_multigrid._checks import check_int
+from lightning_multigrid._checks import check_int, check_positive_int
 from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import jpeg_end, load_checked_frame, open_frame_folder
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
-from lightning_multigrid.data.store.format import HEADER_FILE, PACKING_MARKER, STORE_FORMAT, STORE_VERSION, is_store
+from lightning_multigrid.data.store.format import (
+    HEADER_FILE,
+    PACKING_MARKER,
+    STORE_FORMAT,
+    STORE_VERSION,
+    is_store,
+    packing_lock,
+    remove_unused_generations,
+)
 from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import ClipSampling
@@ -82,9 +92,10 @@ def store_levels(crop_size: int, jitter_scales: tuple[int, int] | None = None, l
     """Short sides of a store's levels for a base crop: the jitter maximum, then 1/sqrt(2) steps below it.
 
     Raises:
-        ValueError: when ``levels`` < 1, the crop does not fit the jitter scales, or a level would
-            fall below 1 pixel or repeat the one above.
+        ValueError: when ``crop_size`` < 1 or ``levels`` < 1, the crop does not fit the jitter scales, or
+            a level would fall below 1 pixel or repeat the one above.
     """
+    check_positive_int("crop_size", crop_size)
     check_int("levels", levels, 1)
     sampling = ClipSampling(jitter_scales=jitter_scales)
     sampling.check_fits(crop_size)
@@ -156,26 +167,26 @@ def pack_frames(
     out = Path(output)
     _check_output(out, manifest)
     jobs = [_Job(entry, manifest.format, sides, quality, layout) for entry in manifest.entries]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
-    _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
-    writer = _StoreWriter(out, sides)
-    try:
-        for job, packed in _packed_videos(jobs, workers, progress):
-            writer.add(job.entry, packed)
-        if not writer.entries:
-            first = writer.failures[0] if writer.failures else None
-            raise ValueError(
-                f"No video of {manifest.source} could be packed"
-                + (f", e.g. {first.path}: {first.error}" if first else "")
-                + ". Run `lightning-multigrid check-data` on it to list the bad files."
-            )
-        writer.commit(manifest, crop_size, jitter_scales, quality)
-    finally:
-        writer.close()
-        # This run's unfinished files; the marker stays until a store is complete, so a folder that
-        # never got one is refused as incomplete rather than read as something else.
-        _remove(out, lambda name: name.endswith(".partial") and writer.token in name)
+    with packing_lock(out):  # another packing run into `out` finishes first; none starts meanwhile
+        (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
+        _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
+        writer = _StoreWriter(out, sides)
+        try:
+            for job, packed in _packed_videos(jobs, workers, progress):
+                writer.add(job.entry, packed)
+            if not writer.entries:
+                first = writer.failures[0] if writer.failures else None
+                raise ValueError(
+                    f"No video of {manifest.source} could be packed"
+                    + (f", e.g. {first.path}: {first.error}" if first else "")
+                    + ". Run `lightning-multigrid check-data` on it to list the bad files."
+                )
+            writer.commit(manifest, crop_size, jitter_scales, quality)
+        finally:
+            writer.close()
+            # This run's unfinished files; the marker stays until a store is complete, so a folder that
+            # never got one is refused as incomplete rather than read as something else.
+            _remove(out, lambda name: name.endswith(".partial") and writer.token in name)
     return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), tuple(writer.failures))
 
 
@@ -353,8 +364,8 @@ class _StoreWriter:
             json.dump(header, text)
             _finish(text)
         os.replace(self.out / f"{HEADER_FILE}.partial", self.out / HEADER_FILE)  # the commit point
-        kept = {final.name for _, final in renames} | {HEADER_FILE}
-        _remove(self.out, lambda name: name not in kept and _is_store_file(name))
+        # Older packings' files, unless a run still reads them (they go at a later packing).
+        remove_unused_generations(self.out, self.token)
         (self.out / PACKING_MARKER).unlink(missing_ok=True)
 
     def close(self) -> None:
@@ -394,12 +405,6 @@ def _finish(file: IO[Any]) -> None:
     """Flush to disk: the renames that follow must never publish a file whose bytes are still in flight."""
     file.flush()
     os.fsync(file.fileno())
-
-
-def _is_store_file(name: str) -> bool:
-    return name.endswith((".bin", ".offsets.npy", ".npz", ".partial")) and (
-        name.startswith(("L", "videos-", HEADER_FILE))
-    )
 
 
 def _remove(out: Path, wanted: Callable[[str], bool]) -> None:
