@@ -26,6 +26,7 @@ _LAZY = {
     "build_schedule": "lightning_multigrid.schedule",
     "MultigridCallback": "lightning_multigrid.callback",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",
+    "ReaderSettings": "lightning_multigrid.data.decoding.settings",  # the DataModule's `reader_settings`
     "VideoClassifier": "lightning_multigrid.module",
     "MultigridBatchNorm": "lightning_multigrid.norm",
     "apply_bn_plan": "lightning_multigrid.norm",

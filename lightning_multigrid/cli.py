@@ -6,12 +6,14 @@
 video of a manifest, ``extract-frames`` writes frame folders, ``pack-frames`` a packed frame store,
 ``compare`` trains a config as the baseline and with multigrid, ``make-synthetic`` writes the demo
 dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
-handler; settings errors print one line and exit with status 2.
+handler; settings errors print one line and exit with status 2, and output cut short by its reader
+(``lightning-multigrid schedule --format json | head``) ends quietly, as a shell tool does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -337,9 +339,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command][2](args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at the interpreter's exit
     except (ValueError, FileNotFoundError) as error:
         print(f"lightning-multigrid {args.command}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BrokenPipeError:
+        # The reader (`head`) stopped reading: nothing to report. Python flushes stdout again at exit,
+        # so point it at devnull first (the recipe of Python's `signal` documentation).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

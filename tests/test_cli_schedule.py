@@ -218,3 +218,17 @@ def test_pretrained_short_run_takes_the_pretrained_default(monkeypatch, capsys):
     assert grids("--pretrained") == {(4, 79), (8, 79), (8, 112), (16, 112)}  # length unknown: the paper's
     assert grids("--dataset-size", "800", "--pretrained", "--long-cycle-factors", "0.25,0.7071", "1,1") == {
         (4, 79), (16, 112)}
+
+
+def test_json_piped_into_head_ends_quietly():
+    # `schedule --format json | head`: the reader leaves after a line. The JSON (about 160 kB) is larger
+    # than a pipe's buffer, so the command is still writing when the pipe closes.
+    command = [sys.executable, "-m", "lightning_multigrid.cli", "schedule", *KINETICS_ARGS, "--format", "json"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline() == "{\n"
+        process.stdout.close()
+        errors = process.stderr.read()
+        returncode = process.wait()
+    assert errors == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
+    assert returncode == 1  # as Python exits on a closed pipe (its `signal` documentation's recipe)

@@ -38,6 +38,7 @@ PUBLIC = [
     "EpochShardSampler",
     "EvalVideoDataset",
     "FrameFolderReader",
+    "FrameLayout",
     "InMemoryReader",
     "Manifest",
     "ManifestError",
@@ -47,6 +48,7 @@ PUBLIC = [
     "TrainVideoDataset",
     "VideoDecodeError",
     "VideoFileReader",
+    "check_videos",
     "collate_clips",
     "load_manifest",
 ]
@@ -81,6 +83,9 @@ def test_each_public_name_is_the_object_its_defining_module_holds() -> None:
     # The samplers are public at the package root too: the same classes.
     assert lightning_multigrid.ShortCycleBatchSampler is data.ShortCycleBatchSampler
     assert lightning_multigrid.EpochShardSampler is data.EpochShardSampler
+    # As the README writes it: `MultigridVideoDataModule(..., reader_settings=ReaderSettings(...))`.
+    assert lightning_multigrid.ReaderSettings is data.ReaderSettings
+    assert "ReaderSettings" in lightning_multigrid.__all__
 
 
 def test_type_checkers_see_the_same_names_from_the_same_modules() -> None:
@@ -99,7 +104,7 @@ def test_type_checkers_see_the_same_names_from_the_same_modules() -> None:
 
 def test_dir_lists_the_public_names_and_a_name_that_left_is_gone() -> None:
     assert set(PUBLIC) <= set(dir(data))
-    for former in ("VideoReader", "probe_video", "slowfast_pathways", "generate_synthetic_dataset", "FrameLayout"):
+    for former in ("VideoReader", "probe_video", "slowfast_pathways", "generate_synthetic_dataset", "check_frames"):
         with pytest.raises(AttributeError, match=f"'lightning_multigrid.data' has no attribute '{former}'"):
             getattr(data, former)
     with pytest.raises(ImportError, match="cannot import name 'VideoReader'"):

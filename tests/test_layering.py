@@ -219,3 +219,19 @@ def test_the_cycle_finder_finds_circles():
     assert _cycles(graph) == {frozenset({"a", "b", "c"}), frozenset({"d", "e"})}
     tree = ast.parse("import os\nif TYPE_CHECKING:\n    import json\ndef f():\n    import csv\n")
     assert _imported_anywhere(tree, f"{PACKAGE}.x") == {"os", "csv"}
+
+
+def test_only_the_callback_changes_trainer_settings():
+    # docs/architecture.md: the callback is the one class that changes the Trainer's settings (and
+    # restores them); every such change goes through `_internals.setting_owner`.
+    callers = set()
+    for module in MODULES:
+        path = _path_of(module)
+        assert path is not None
+        tree = ast.parse(path.read_text())
+        if any(
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setting_owner"
+            for node in ast.walk(tree)
+        ):
+            callers.add(module)
+    assert callers == {f"{PACKAGE}.callback"}

@@ -10,11 +10,13 @@ Lightning import).
 
 The public names (``__all__``) are what a user assembles a data pipeline from, in a plain PyTorch
 loop or their own DataModule: the datasets and ``collate_clips``, the batch samplers, the
-``ClipRequest`` they exchange, the readers and their ``ReaderSettings``, the manifest, and the errors to catch. Each is imported
-on first access, so importing one module of the package (the batch sampler, say) loads neither PyAV
-nor the tools. Everything else is reached by its module path (``lightning_multigrid.data.tools.pack``,
-``lightning_multigrid.data.decoding.video``, ...); ``MultigridVideoDataModule`` (the one name here
-that imports Lightning) is public at the package root, ``lightning_multigrid``.
+``ClipRequest`` they exchange, the readers and their ``ReaderSettings`` (with ``FrameLayout``: which
+files of a frame folder are frames), the manifest, ``check_videos`` (``check-data`` from Python) and
+the errors to catch. Each is imported on first access, so importing one module of the package (the
+batch sampler, say) loads neither PyAV nor the tools. Everything else is reached by its module path
+(``lightning_multigrid.data.tools.pack``, ``lightning_multigrid.data.decoding.video``, ...);
+``MultigridVideoDataModule`` (it imports Lightning) is public at the package root,
+``lightning_multigrid``, with ``ReaderSettings`` (its ``reader_settings``; the same class as here).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ if TYPE_CHECKING:
     from lightning_multigrid.data.clip_params import ClipRequest
     from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
     from lightning_multigrid.data.decoding.errors import VideoDecodeError
+    from lightning_multigrid.data.decoding.frame_names import FrameLayout
     from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
     from lightning_multigrid.data.decoding.settings import ReaderSettings
     from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
     from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
     from lightning_multigrid.data.store.reader import PackedFrameReader
+    from lightning_multigrid.data.tools.check import check_videos
 
 # name -> module that defines it, imported on first access.
 _LAZY = {
@@ -48,10 +52,12 @@ _LAZY = {
     "VideoFileReader": "lightning_multigrid.data.decoding.readers",
     "PackedFrameReader": "lightning_multigrid.data.store.reader",
     "ReaderSettings": "lightning_multigrid.data.decoding.settings",
+    "FrameLayout": "lightning_multigrid.data.decoding.frame_names",
     "Manifest": "lightning_multigrid.data.manifests.entries",
     "ManifestError": "lightning_multigrid.data.manifests.entries",
     "load_manifest": "lightning_multigrid.data.manifests.load",
     "VideoDecodeError": "lightning_multigrid.data.decoding.errors",
+    "check_videos": "lightning_multigrid.data.tools.check",
 }
 
 # What users construct, pass or catch (tests/test_data_api.py pins it and checks it against _LAZY and
@@ -62,6 +68,7 @@ __all__ = [
     "EpochShardSampler",
     "EvalVideoDataset",
     "FrameFolderReader",
+    "FrameLayout",
     "InMemoryReader",
     "Manifest",
     "ManifestError",
@@ -71,6 +78,7 @@ __all__ = [
     "TrainVideoDataset",
     "VideoDecodeError",
     "VideoFileReader",
+    "check_videos",
     "collate_clips",
     "load_manifest",
 ]
