@@ -43,7 +43,7 @@ from lightning_multigrid.contracts import (
     SizedDataModule,
     SkipCountingDataModule,
 )
-from lightning_multigrid.limits import check_val_interval, map_baseline_limits
+from lightning_multigrid.limits import check_val_interval, limited_iterations, map_baseline_limits
 from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
 from lightning_multigrid.meter import DataWaitMeter
 from lightning_multigrid.norm import (
@@ -265,7 +265,7 @@ class MultigridCallback(Callback):
         )
         if self.preflight:
             self._preflight(pl_module, datamodule)
-        rank_zero_info(self._summary(datamodule, pl_module))
+        rank_zero_info(self._summary(datamodule, pl_module, trainer))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
         datamodule: GridDataModule = trainer.datamodule
@@ -334,12 +334,21 @@ class MultigridCallback(Callback):
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
-    def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule) -> str:
+    def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule, trainer: pl.Trainer) -> str:
         assert self.schedule is not None
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
         pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
-        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
+        hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
+        table = format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint)
+        limit = trainer.limit_train_batches
+        if dataset_size is not None and (limit != 1.0 or isinstance(limit, int)):
+            multigrid, baseline = limited_iterations(self.schedule, dataset_size, limit)
+            table += (
+                f"\nthis run, with `limit_train_batches={limit}`: {multigrid} iterations per device vs {baseline} "
+                "for its baseline (the counts above are of full epochs)"
+            )
+        return "Multigrid schedule\n" + table
 
     # ------------------------------------------------------------- training
 

@@ -248,7 +248,8 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-epochs", type=int, help="baseline epochs (default: the config's)")
     parser.add_argument(
         "--limit-train-batches", type=float, metavar="FRACTION",
-        help="train this fraction of each epoch's iterations, for a quick look (default: all)",
+        help="train this fraction of each epoch's iterations (rounded down, at least one per epoch: a multigrid "
+        "run's coarse epochs have few batches), for a quick look (default: all)",
     )
     parser.add_argument(
         "--run-dir", metavar="DIR",

@@ -228,3 +228,11 @@ def test_meter_judges_grids_timed_often_enough_and_gives_the_advice_it_is_given(
     assert "Not judged: too few iterations to judge (under 3 timed) at 1 x 4 x 16 (2)" in summary
     assert "Try more loader workers (`num_workers`, now 2), or fewer or larger long-cycle shapes" in summary
     assert "no iteration timed (the first batch of each epoch" in DataWaitMeter().summary()
+
+
+def test_schedule_summary_of_a_datamodule_without_its_size_names_the_property(caplog, tmp_path):
+    with caplog.at_level("INFO"):
+        _fit_short_cycle(_GridData(None, size=24), tmp_path)
+    table = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Multigrid schedule"))
+    assert "regime: give _GridData a `train_dataset_size` property (its training clips) to see the optimizer steps" in table
+    assert "--dataset-size" not in table
