@@ -78,7 +78,10 @@ def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output_dir", help="where the frame folders and the new manifest go (created)")
     parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
     parser.add_argument("--class-names", help="class-names file, for labels written as names")
-    parser.add_argument("--short-side", type=int, default=None, help="resize frames to this short side (default: keep)")
+    parser.add_argument(
+        "--short-side", type=int, default=None,
+        help="shrink frames to this short side; smaller videos keep their size, never upscaled (default: keep)",
+    )
     parser.add_argument("--fps", type=float, default=None, help="resample to this frame rate (default: every frame)")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 (90)")
     parser.add_argument("--manifest-name", help="file name of the new manifest (default: the input's stem + .txt)")
