@@ -12,6 +12,7 @@ handler; settings errors print one line and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -334,14 +335,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in LIGHTNING_COMMANDS:
         commands.add_parser(name, help=f"{name} a model (LightningCLI; see `lightning-multigrid {name} --help`)", add_help=False)
+    parsers = {}
     for name, (help_text, add_arguments, _) in COMMANDS.items():
-        add_arguments(commands.add_parser(name, help=help_text, description=help_text))
+        parsers[name] = commands.add_parser(name, help=help_text, description=help_text)
+        add_arguments(parsers[name])
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command][2](args)
     except (ValueError, FileNotFoundError) as error:
-        print(f"lightning-multigrid {args.command}: error: {error}", file=sys.stderr)
+        print(f"lightning-multigrid {args.command}: error: {_as_flags(str(error), parsers[args.command])}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _as_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` with each `python_name` that is one of ``parser``'s options written as its flag.
+
+    The library's errors name its Python arguments (`filename_tmpl`); a command-line user typed
+    the flag (`--filename-tmpl`).
+    """
+    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
+    return re.sub(r"`(\w+)`", lambda name: f"`{flags.get(name[1], name[1])}`", message)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,22 @@ def test_check_data_lists_bad_files_and_exits_1(
     assert "resolution      96x64 to 96x64" in out and "fps             24.00-24.00" in out
 
 
+@pytest.mark.parametrize(("command", "match"), [
+    (["check-data", "m.csv", "--filename-tmpl", "img.jpg"], "`--filename-tmpl` 'img.jpg' has no frame-number field"),
+    (["extract-frames", "m.csv", "out", "--short-side", "0"], "`--short-side`"),
+])
+def test_cli_errors_name_the_flag_not_the_python_argument(
+    command: list[str], match: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text("a.mp4 0\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert match in err and "filename_tmpl" not in err and "short_side" not in err, err
+
+
 def test_check_data_settings_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["check-data", str(tmp_path / "missing.csv")])
