@@ -260,7 +260,8 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
         help="run folder for both runs' logs and the figure (default: the config's trainer.default_root_dir, or runs)",
     )
     parser.add_argument(
-        "--plot", metavar="FILE", help="validation curves PNG (default: compare.png in the run folder)"
+        "--plot", metavar="FILE",
+        help="validation curves PNG (default: compare-version_N.png in the run folder, named after the runs' logs)",
     )
 
 
@@ -274,7 +275,7 @@ def _run_compare(args: argparse.Namespace) -> None:
         run_dir=args.run_dir, report=lambda line: print(line, flush=True),
     )
     print("\n" + format_comparison(comparison))
-    plot = args.plot or comparison.run_dir / "compare.png"
+    plot = args.plot or comparison.run_dir / comparison.figure_name
     plot_curves(comparison, plot)
     print(f"figure (val/top1 over training wall-clock): {plot}")
     logs = [run.log_dir for run in (comparison.baseline, comparison.multigrid) if run.log_dir]

@@ -9,7 +9,7 @@ as a PNG. Validation (and precise BN) time is left out of the wall-clock.
 Each run logs into the run folder (``trainer.default_root_dir``; ``--run-dir``):
 ``<run folder>/baseline/version_N/`` and ``<run folder>/multigrid/version_N/`` hold the metrics
 (CSV, and TensorBoard when installed) and the run's ``config.yaml``; the figure goes to
-``<run folder>/compare.png`` unless another path is given.
+``<run folder>/compare-version_N.png`` (the multigrid run's version) unless another path is given.
 """
 
 from __future__ import annotations
@@ -120,6 +120,13 @@ class Comparison:
     baseline: RunResult
     multigrid: RunResult
     run_dir: Path = Path(".")
+
+    @property
+    def figure_name(self) -> str:
+        """``compare-version_N.png`` after the multigrid run's log folder, so a later comparison in
+        the same run folder does not overwrite this one's figure; ``compare.png`` without logs."""
+        log_dir = self.multigrid.log_dir
+        return f"compare-{Path(log_dir).name}.png" if log_dir else "compare.png"
 
     @property
     def speedup(self) -> float:

@@ -92,8 +92,9 @@ def test_compare_tiny_config(tmp_path):
     assert "baseline epoch 3: val/top1" in result.stdout and "multigrid epoch 4: val/top1" in result.stdout
 
     # The config names no default_root_dir: the run folder is `runs`.
-    assert "figure (val/top1 over training wall-clock): runs/compare.png" in result.stdout
-    assert (work / "runs" / "compare.png").read_bytes()[:8] == PNG
+    # Named after the runs' log versions: a second comparison in the run folder gets its own.
+    assert "figure (val/top1 over training wall-clock): runs/compare-version_0.png" in result.stdout
+    assert (work / "runs" / "compare-version_0.png").read_bytes()[:8] == PNG
     for name in ("baseline", "multigrid"):
         log_dir = work / "runs" / name / "version_0"
         assert (log_dir / "config.yaml").is_file() and (log_dir / "metrics.csv").is_file()
