@@ -195,13 +195,24 @@ def check_fit_starts(args: Sequence[str], prepare: Callable[[MultigridCLI], None
 
 
 def run(args: Sequence[str] | None = None) -> None:
-    """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``)."""
-    with quiet_lightning():
-        MultigridCLI(
-            VideoClassifier,
-            MultigridVideoDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=None if args is None else list(args),
-            save_config_kwargs={"overwrite": True},
-        )
+    """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``).
+
+    A manifest that is missing or malformed is one line on stderr and exit status 2, as in
+    ``check-data``; other errors keep their traceback.
+    """
+    from lightning_multigrid.data.manifests.entries import ManifestError
+
+    try:
+        with quiet_lightning():
+            MultigridCLI(
+                VideoClassifier,
+                MultigridVideoDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                args=None if args is None else list(args),
+                save_config_kwargs={"overwrite": True},
+            )
+    except (FileNotFoundError, ManifestError) as error:
+        command = (list(args) if args is not None else sys.argv[1:])[:1] or ["fit"]
+        print(f"lightning-multigrid {command[0]}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -202,3 +202,17 @@ def test_compare_console_shows_only_what_a_user_needs(tmp_path):
     assert "multigrid epoch 4: val/top1" in result.stdout and "x fewer iterations" in result.stdout
     # What stays: Lightning's own account of the hardware and the end of each fit, once per run.
     assert result.stderr.count("GPU available:") == 2 and "`Trainer.fit` stopped" in result.stderr
+
+
+def test_fit_with_a_missing_manifest_is_a_one_line_error(tmp_path):
+    """As check-data reports it, not a traceback."""
+    result = run_cli(
+        "fit", "--model", "VideoClassifier", "--model.backbone", "tiny", "--data.train_manifest",
+        str(tmp_path / "missing.csv"), "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu",
+        "--trainer.default_root_dir", str(tmp_path / "runs"), cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"lightning-multigrid fit: error: Manifest {tmp_path / 'missing.csv'} does not exist: check the manifest path."
+    )
