@@ -109,7 +109,7 @@ def test_make_synthetic_rejects_bad_settings(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit) as exit_info:
         main(["make-synthetic", str(tmp_path), "--width", "63"])
     assert exit_info.value.code == 2
-    assert "`width` must be an even number" in capsys.readouterr().err
+    assert "`--width` must be an even number" in capsys.readouterr().err  # the flag, not the Python name
 
 
 def test_synthetic_videos_need_motion_and_texture() -> None:
@@ -144,7 +144,7 @@ def test_texture_cell_sets_the_checkerboard_cell(tmp_path: Path, capsys: pytest.
     with pytest.raises(SystemExit) as exit_info:
         main(["make-synthetic", str(tmp_path), "--texture-cell", "40"])
     assert exit_info.value.code == 2
-    assert "`texture_cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err
+    assert "`--texture-cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err
 
 
 def test_ensure_synthetic_dataset_writes_again_for_other_settings(tmp_path: Path) -> None:
