@@ -10,7 +10,7 @@ fails if torch stops reading it (batches would no longer be cut into chunks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
 __all__ = [
     "drop_train_loader", "ensure_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step",
     "iterations_done_in_epoch", "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit",
-    "sequential_lr_parts", "setting_owner", "shutdown_loader_workers",
+    "sequential_lr_parts", "setting_owner", "shutdown_loader_workers", "watch_train_fetches",
 ]
 
 
@@ -44,6 +44,32 @@ def ensure_train_loader(trainer: pl.Trainer) -> None:
     is the fit loop's own method (not a Trainer API): it builds nothing when a loader is there.
     """
     trainer.fit_loop.setup_data()
+
+
+def watch_train_fetches(trainer: pl.Trainer, on_fetch: Callable[[], None]) -> Callable[[], None]:
+    """Call ``on_fetch`` each time the fit loop starts fetching a training batch; returns the undo.
+
+    The fit's epoch loop brackets each ``next()`` on the train loader (and nothing else) with its
+    ``_on_before_fetch``/``_on_after_fetch``, which start and stop the profiler's
+    ``[_TrainingEpochLoop].train_dataloader_next`` action; it hands them to its data fetcher at the
+    start of each epoch's run. ``on_fetch`` runs after the profiler's start, just before the fetch.
+    Lightning offers no hook there: ``on_train_batch_start`` comes after the fetch, and the hooks
+    before it (other callbacks' ``on_train_batch_end``, logger writes, checkpoint saves) are not
+    the loader's time. Install it before the epoch runs (``on_fit_start``); the undo removes it.
+    """
+    epoch_loop = trainer.fit_loop.epoch_loop
+    lightning_before = epoch_loop._on_before_fetch
+
+    def before_fetch() -> None:
+        lightning_before()
+        on_fetch()
+
+    epoch_loop._on_before_fetch = before_fetch  # an instance attribute, read at each epoch's start
+
+    def undo() -> None:
+        vars(epoch_loop).pop("_on_before_fetch", None)
+
+    return undo
 
 
 def is_logging_step(trainer: pl.Trainer) -> bool:

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 from lightning_multigrid.config import MultigridConfig
+from lightning_multigrid.meter import format_grid
 from lightning_multigrid.stages import Stage, build_stage
 
 __all__ = ["ShortScheduleWarning", "allocate_stages"]
@@ -57,7 +58,7 @@ def allocate_stages(config: MultigridConfig) -> tuple[tuple[Stage, ...], tuple[i
         # and rounds the long cycle's cumulative ends.
         truncate = not options.long_cycle
         total_epochs = math.floor(config.max_epochs * factor + 1e-9) if truncate else round(config.max_epochs * factor)
-        pieces, ends = _allocate_epochs(pieces, lengths, config.max_epochs * factor, total_epochs, truncate=truncate)
+        pieces, ends = _allocate_epochs(config, pieces, lengths, config.max_epochs * factor, total_epochs, truncate=truncate)
 
     stages: list[Stage] = []
     start = 0
@@ -118,7 +119,8 @@ def _lr_stage_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]
 
 
 def _allocate_epochs(
-    pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int, truncate: bool = False
+    config: MultigridConfig, pieces: list[_Piece], lengths: list[float], target: float, total_epochs: int,
+    truncate: bool = False,
 ) -> tuple[list[_Piece], list[int]]:
     """Scale exact lengths to ``target`` epochs and round (``truncate``: floor) the cumulative ends, as the reference.
 
@@ -152,10 +154,10 @@ def _allocate_epochs(
             "raise `max_epochs` or `epoch_factor`, or use fewer `milestones`."
         )
     if dropped:
+        shapes = ", ".join(f"{format_grid(_stage(config, p, 0, 1, p.lr_stage).shape)} in LR stage {p.lr_stage}" for p in dropped)
         warnings.warn(
             f"{total_epochs} multigrid epochs are too few for every long-cycle shape to get an epoch: "
-            f"dropped {len(dropped)} of the shortest long-cycle stages "
-            f"(LR stage, t_factor, s_factor: {[(p.lr_stage, p.t_factor, p.s_factor) for p in dropped]}). "
+            f"dropped {len(dropped)} of the shortest long-cycle stages (batch x frames x crop: {shapes}). "
             "Raise `max_epochs` or `epoch_factor` to train every shape.",
             ShortScheduleWarning,
             stacklevel=4,
@@ -200,7 +202,7 @@ def _allocate_with_full_grid(
     share = config.options.full_grid_share
     epochs = max(math.ceil(share * config.max_epochs - 1e-9), paper_epochs, _minimum_epochs(fine_tuning))
     rest = sum(lengths) * scale
-    pieces, ends = _allocate_epochs(pieces, lengths, rest, round(rest))
+    pieces, ends = _allocate_epochs(config, pieces, lengths, rest, round(rest))
     return [*pieces, fine_tuning], [*ends, ends[-1] + epochs]
 
 

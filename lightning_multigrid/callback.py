@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -21,7 +22,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner
+from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner, watch_train_fetches
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
@@ -33,6 +34,7 @@ from lightning_multigrid.config import (
 )
 from lightning_multigrid.contracts import (
     GridDataModule,
+    LoadingAdviceDataModule,
     MilestonesModule,
     PathwayDataModule,
     PreciseBNDataModule,
@@ -41,7 +43,7 @@ from lightning_multigrid.contracts import (
     SizedDataModule,
     SkipCountingDataModule,
 )
-from lightning_multigrid.limits import check_val_interval, map_baseline_limits
+from lightning_multigrid.limits import check_val_interval, limited_iterations, map_baseline_limits
 from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
 from lightning_multigrid.meter import DataWaitMeter
 from lightning_multigrid.norm import (
@@ -165,6 +167,7 @@ class MultigridCallback(Callback):
         self.preflight = preflight
         self._restored_config: dict[str, Any] | None = None
         self._lr: MultigridLR | None = None
+        self._unwatch_fetches: Callable[[], None] | None = None  # undoes the meter's view of the loader's fetches
         self._reset_fit_state()
 
     def _reset_fit_state(self) -> None:
@@ -248,6 +251,7 @@ class MultigridCallback(Callback):
         self._change(trainer, "max_epochs", self.schedule.max_epochs)
         datamodule.serve(self.schedule)
         drop_train_loader(trainer)  # one built before now serves the baseline grid
+        self._unwatch_fetches = watch_train_fetches(trainer, self._meter.fetch_start)
         if trainer.world_size > 1 and self._manages_batchnorm:
             create_sync_groups(s.bn.group_size for s in self.schedule.stages if s.bn.mode == "sync")
         if self.manage_lr:
@@ -261,7 +265,7 @@ class MultigridCallback(Callback):
         )
         if self.preflight:
             self._preflight(pl_module, datamodule)
-        rank_zero_info(self._summary(datamodule, pl_module))
+        rank_zero_info(self._summary(datamodule, pl_module, trainer))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
         datamodule: GridDataModule = trainer.datamodule
@@ -330,12 +334,21 @@ class MultigridCallback(Callback):
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
-    def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule) -> str:
+    def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule, trainer: pl.Trainer) -> str:
         assert self.schedule is not None
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
         pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
-        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
+        hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
+        table = format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint)
+        limit = trainer.limit_train_batches
+        if dataset_size is not None and (limit != 1.0 or isinstance(limit, int)):
+            multigrid, baseline = limited_iterations(self.schedule, dataset_size, limit)
+            table += (
+                f"\nthis run, with `limit_train_batches={limit}`: {multigrid} iterations per device vs {baseline} "
+                "for its baseline (the counts above are of full epochs)"
+            )
+        return "Multigrid schedule\n" + table
 
     # ------------------------------------------------------------- training
 
@@ -417,7 +430,9 @@ class MultigridCallback(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.schedule is not None:
-            rank_zero_info(self._meter.summary())
+            datamodule = trainer.datamodule
+            advice = datamodule.loading_advice() if isinstance(datamodule, LoadingAdviceDataModule) else None
+            rank_zero_info(self._meter.summary(advice))
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -433,6 +448,9 @@ class MultigridCallback(Callback):
         """Undo what the callback changed outside itself for this fit."""
         if self._lr is not None:
             self._lr.detach()
+        if self._unwatch_fetches is not None:
+            self._unwatch_fetches()
+            self._unwatch_fetches = None
         # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
         # set, not the multigrid run's epochs.
         for name, value in self._trainer_settings.items():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -80,7 +81,10 @@ def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output_dir", help="where the frame folders and the new manifest go (created)")
     parser.add_argument("--root", help="directory the manifest's paths are relative to (default: its directory)")
     parser.add_argument("--class-names", help="class-names file, for labels written as names")
-    parser.add_argument("--short-side", type=int, default=None, help="resize frames to this short side (default: keep)")
+    parser.add_argument(
+        "--short-side", type=int, default=None,
+        help="shrink frames to this short side; smaller videos keep their size, never upscaled (default: keep)",
+    )
     parser.add_argument("--fps", type=float, default=None, help="resample to this frame rate (default: every frame)")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality 1-100 (90)")
     parser.add_argument("--manifest-name", help="file name of the new manifest (default: the input's stem + .txt)")
@@ -252,14 +256,16 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-epochs", type=int, help="baseline epochs (default: the config's)")
     parser.add_argument(
         "--limit-train-batches", type=float, metavar="FRACTION",
-        help="train this fraction of each epoch's iterations, for a quick look (default: all)",
+        help="train this fraction of each epoch's iterations (rounded down, at least one per epoch: a multigrid "
+        "run's coarse epochs have few batches), for a quick look (default: all)",
     )
     parser.add_argument(
         "--run-dir", metavar="DIR",
         help="run folder for both runs' logs and the figure (default: the config's trainer.default_root_dir, or runs)",
     )
     parser.add_argument(
-        "--plot", metavar="FILE", help="validation curves PNG (default: compare.png in the run folder)"
+        "--plot", metavar="FILE",
+        help="validation curves PNG (default: compare-version_N.png in the run folder, named after the runs' logs)",
     )
 
 
@@ -273,7 +279,7 @@ def _run_compare(args: argparse.Namespace) -> None:
         run_dir=args.run_dir, report=lambda line: print(line, flush=True),
     )
     print("\n" + format_comparison(comparison))
-    plot = args.plot or comparison.run_dir / "compare.png"
+    plot = args.plot or comparison.run_dir / comparison.figure_name
     plot_curves(comparison, plot)
     print(f"figure (val/top1 over training wall-clock): {plot}")
     logs = [run.log_dir for run in (comparison.baseline, comparison.multigrid) if run.log_dir]
@@ -334,20 +340,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in LIGHTNING_COMMANDS:
         commands.add_parser(name, help=f"{name} a model (LightningCLI; see `lightning-multigrid {name} --help`)", add_help=False)
+    parsers = {}
     for name, (help_text, add_arguments, _) in COMMANDS.items():
-        add_arguments(commands.add_parser(name, help=help_text, description=help_text))
+        parsers[name] = commands.add_parser(name, help=help_text, description=help_text)
+        add_arguments(parsers[name])
     args = parser.parse_args(argv)
     try:
         COMMANDS[args.command][2](args)
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at the interpreter's exit
     except (ValueError, FileNotFoundError) as error:
-        print(f"lightning-multigrid {args.command}: error: {error}", file=sys.stderr)
+        print(f"lightning-multigrid {args.command}: error: {_as_flags(str(error), parsers[args.command])}", file=sys.stderr)
         raise SystemExit(2) from None
     except BrokenPipeError:
         # The reader (`head`) stopped reading: nothing to report. Python flushes stdout again at exit,
         # so point it at devnull first (the recipe of Python's `signal` documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
+
+
+def _as_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` with each `python_name` that is one of ``parser``'s options written as its flag.
+
+    The library's errors name its Python arguments (`filename_tmpl`); a command-line user typed
+    the flag (`--filename-tmpl`).
+    """
+    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
+    return re.sub(r"`(\w+)`", lambda name: f"`{flags.get(name[1], name[1])}`", message)
 
 
 if __name__ == "__main__":

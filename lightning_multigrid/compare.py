@@ -9,7 +9,7 @@ as a PNG. Validation (and precise BN) time is left out of the wall-clock.
 Each run logs into the run folder (``trainer.default_root_dir``; ``--run-dir``):
 ``<run folder>/baseline/version_N/`` and ``<run folder>/multigrid/version_N/`` hold the metrics
 (CSV, and TensorBoard when installed) and the run's ``config.yaml``; the figure goes to
-``<run folder>/compare.png`` unless another path is given.
+``<run folder>/compare-version_N.png`` (the multigrid run's version) unless another path is given.
 """
 
 from __future__ import annotations
@@ -19,13 +19,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytorch_lightning as pl
 from typing_extensions import override
 
 from lightning_multigrid._tables import table_lines
 
-__all__ = ["Comparison", "RunResult", "TrainingClock", "format_comparison", "plot_curves", "run_compare"]
+if TYPE_CHECKING:
+    from lightning_multigrid.trainer_cli import MultigridCLI
+
+__all__ = [
+    "Comparison", "RunResult", "TrainingClock", "format_comparison", "keep_a_batch_per_epoch", "plot_curves", "run_compare",
+]
 
 
 class TrainingClock(pl.Callback):
@@ -116,6 +122,13 @@ class Comparison:
     run_dir: Path = Path(".")
 
     @property
+    def figure_name(self) -> str:
+        """``compare-version_N.png`` after the multigrid run's log folder, so a later comparison in
+        the same run folder does not overwrite this one's figure; ``compare.png`` without logs."""
+        log_dir = self.multigrid.log_dir
+        return f"compare-{Path(log_dir).name}.png" if log_dir else "compare.png"
+
+    @property
     def speedup(self) -> float:
         """Baseline training wall-clock over multigrid's."""
         return self.baseline.train_seconds / self.multigrid.train_seconds if self.multigrid.train_seconds else math.nan
@@ -135,7 +148,8 @@ def run_compare(
         config: a ``lightning-multigrid fit`` YAML config.
         max_epochs: baseline epochs instead of the config's ``trainer.max_epochs``.
         limit_train_batches: fraction of each epoch's iterations to train (Lightning's
-            ``limit_train_batches``), for a quick look on a large dataset.
+            ``limit_train_batches``), at least one (:func:`keep_a_batch_per_epoch`: a multigrid
+            run's coarse epochs have few, large batches), for a quick look on a large dataset.
         extra_args: further LightningCLI arguments for both runs.
         run_dir: the run folder instead of the config's ``trainer.default_root_dir`` (whose
             default is ``runs``).
@@ -145,8 +159,8 @@ def run_compare(
     Raises:
         FileNotFoundError: when ``config`` does not exist.
         ValueError: on out-of-range ``max_epochs`` or ``limit_train_batches``, or settings on
-            which the multigrid run would fail at its start (milestones beyond ``max_epochs``, an
-            epoch that ``limit_train_batches`` leaves without a batch): before anything trains.
+            which the multigrid run would fail at its start (milestones beyond ``max_epochs``):
+            before anything trains.
     """
     if not Path(config).is_file():
         raise FileNotFoundError(f"`--config` {config} does not exist: pass a `lightning-multigrid fit` YAML file.")
@@ -166,36 +180,61 @@ def run_compare(
         overrides += ["--trainer.default_root_dir", str(run_dir)]
     from lightning_multigrid.trainer_cli import quiet_lightning
 
+    def prepare(cli: MultigridCLI) -> None:
+        if limit_train_batches is not None:
+            keep_a_batch_per_epoch(cli.trainer, cli.datamodule, limit_train_batches)
+
     with quiet_lightning():
         _check_multigrid_starts(["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", "true",
-                                 "--trainer.logger", "false"])
+                                 "--trainer.logger", "false"], prepare)
         runs = []
         for name, enabled in (("baseline", "false"), ("multigrid", "true")):
             args = ["--config", str(config), *overrides, *(extra_args or []), "--multigrid.enabled", enabled]
-            runs.append(_run_one(name, args, report))
+            runs.append(_run_one(name, args, report, prepare))
     (baseline, root_dir), (multigrid, _) = runs
     return Comparison(baseline, multigrid, root_dir)
 
 
-def _check_multigrid_starts(args: list[str]) -> None:
+def keep_a_batch_per_epoch(trainer: pl.Trainer, datamodule: pl.LightningDataModule, fraction: float) -> None:
+    """Train ``fraction`` of each epoch's batches, rounded down, and at least one.
+
+    Lightning's fractional ``limit_train_batches`` refuses an epoch it leaves without a batch;
+    a multigrid run's coarse epochs have few, large batches (3 in the demo's first epochs), so a
+    fraction that suits the baseline's epochs would stop it. Each time the DataModule builds a train
+    loader, this sets ``trainer.limit_train_batches`` (read right after) to ``fraction``, or to one
+    batch where ``fraction`` leaves none.
+    """
+    build = datamodule.train_dataloader
+
+    def train_dataloader() -> Any:
+        loader = build()
+        trainer.limit_train_batches = fraction if len(loader) * fraction >= 1 else 1
+        return loader
+
+    datamodule.train_dataloader = train_dataloader
+
+
+def _check_multigrid_starts(args: list[str], prepare: Callable[[MultigridCLI], None]) -> None:
     """Refuse, before the baseline trains, settings on which the multigrid run would fail at its start."""
     from lightning_multigrid.trainer_cli import check_fit_starts
 
     try:
-        check_fit_starts(args)
+        check_fit_starts(args, prepare)
     except ValueError as error:
         raise ValueError(
             f"the multigrid run would fail at its start, so nothing was trained: {error} "
-            "(check `--max-epochs` against the config's LR milestones, and `--limit-train-batches` against "
-            "the multigrid epochs' batches)"
+            "(check `--max-epochs` against the config's LR milestones)"
         ) from None
 
 
-def _run_one(name: str, args: list[str], report: Callable[[str], None] | None) -> tuple[RunResult, Path]:
+def _run_one(
+    name: str, args: list[str], report: Callable[[str], None] | None, prepare: Callable[[MultigridCLI], None],
+) -> tuple[RunResult, Path]:
     """One run of the comparison, and its ``trainer.default_root_dir``."""
     from lightning_multigrid.trainer_cli import build_cli
 
     cli = build_cli(args, save_config_kwargs={"overwrite": True}, log_name=name)
+    prepare(cli)
     trainer = cli.trainer
     if report is not None:
         what = f"the baseline: {trainer.max_epochs} epochs" if name == "baseline" else (

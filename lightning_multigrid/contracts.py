@@ -14,6 +14,7 @@ from lightning_multigrid.grid import ClipSampling, GridPlan, GridShape
 
 __all__ = [
     "GridDataModule",
+    "LoadingAdviceDataModule",
     "MilestonesModule",
     "PathwayDataModule",
     "PreciseBNDataModule",
@@ -64,6 +65,18 @@ class SkipCountingDataModule(Protocol):
 
     @property
     def skipped_video_paths(self) -> Sequence[str]: ...
+
+
+@runtime_checkable
+class LoadingAdviceDataModule(Protocol):
+    """Says what would make its loading faster, for the data-wait summary of a fit that loading paced.
+
+    ``loading_advice()`` fits how it reads its clips and the settings it has (e.g. "more loader
+    workers (`num_workers`, now 2)"), a phrase without a final stop; without it the summary gives
+    advice that fits any DataModule.
+    """
+
+    def loading_advice(self) -> str: ...
 
 
 @runtime_checkable

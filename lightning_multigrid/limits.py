@@ -6,9 +6,13 @@ run takes fewer, larger steps, so each is mapped (or refused) before the first s
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["check_val_interval", "map_baseline_limits"]
+if TYPE_CHECKING:
+    from lightning_multigrid.schedule import MultigridSchedule
+
+__all__ = ["check_val_interval", "limited_batches", "limited_iterations", "map_baseline_limits"]
 
 
 def map_baseline_limits(
@@ -61,3 +65,34 @@ def check_val_interval(val_check_interval: float, check_val_every_n_epoch: int |
             "steps, so that count has no equivalent. Use a float `val_check_interval` (a fraction "
             "of an epoch) or an integer one with `check_val_every_n_epoch` (both are mapped)."
         )
+
+
+def limited_batches(batches: int, limit: float) -> int:
+    """Batches trained of an epoch of ``batches`` under ``Trainer(limit_train_batches=limit)``.
+
+    An ``int`` trains at most that many; a ``float`` that fraction, rounded down, at least one
+    (Lightning refuses a fraction that leaves none; ``compare`` keeps one).
+    """
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        return min(batches, limit)
+    return min(batches, max(1, int(batches * limit)))
+
+
+def limited_iterations(schedule: MultigridSchedule, dataset_size: int, limit: float) -> tuple[int, int]:
+    """Iterations per device of the multigrid run and of its baseline under ``limit_train_batches``.
+
+    Args:
+        schedule: the multigrid schedule.
+        dataset_size: clips in the training set, over all devices.
+        limit: the Trainer's ``limit_train_batches``.
+
+    Returns:
+        ``(multigrid, baseline)``, each epoch cut by :func:`limited_batches`.
+    """
+    multigrid = sum(
+        s.num_epochs * limited_batches(schedule.iterations_in_epoch(s.start_epoch, dataset_size), limit)
+        for s in schedule.stages
+    )
+    max_epochs = schedule.config.max_epochs
+    baseline_epoch = math.ceil(schedule.baseline_iterations(dataset_size) / max_epochs)
+    return multigrid, max_epochs * limited_batches(baseline_epoch, limit)

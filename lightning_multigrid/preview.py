@@ -213,6 +213,7 @@ def format_table(
     dataset_size: int | None = None,
     convert_batchnorm: bool = True,
     pretrained: bool | None = None,
+    size_hint: str = "give the dataset size (`dataset_size`)",
 ) -> str:
     """A readable table, one row per stage, and a summary line.
 
@@ -220,7 +221,8 @@ def format_table(
     grid, the full-grid warning of :func:`full_grid_warning` when it applies, and the regime
     (:func:`describe_regime`, given ``pretrained``). The BN column says what training does: the
     schedule's grouping, or "model's own" where the model's BatchNorm is left as it is (no long
-    cycle, or the callback's ``convert_batchnorm=False``).
+    cycle, or the callback's ``convert_batchnorm=False``). Without ``dataset_size``, the last line
+    says how to get those: ``size_hint``, as the caller's user gives the size.
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -256,7 +258,7 @@ def format_table(
             [*lines, "", summary, "", _format_grid_counts(schedule, dataset_size), *([f"warning: {warning}"] if warning else []),
              "", format_regime(describe_regime(schedule, dataset_size, pretrained))]
         )
-    return "\n".join([*lines, "", summary, "", "regime: give the dataset size to see the optimizer steps and the advice."])
+    return "\n".join([*lines, "", summary, "", f"regime: {size_hint} to see the optimizer steps and the advice."])
 
 
 def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:

@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -161,13 +161,13 @@ class _StopAtTrainStart(pl.Callback):
         raise _StopBeforeTraining
 
 
-def check_fit_starts(args: Sequence[str]) -> None:
+def check_fit_starts(args: Sequence[str], prepare: Callable[[MultigridCLI], None] | None = None) -> None:
     """Go through everything ``fit`` does before its first step, for the run ``args`` describe, and stop.
 
     That is the callbacks' ``setup`` and ``on_fit_start`` (the multigrid schedule is built and
     checked there), ``configure_optimizers`` and the first training loader (Lightning's
     ``limit_train_batches`` check): what would fail at the start of a run fails here, before an
-    earlier run spends its time.
+    earlier run spends its time. ``prepare`` gets the CLI before ``fit``, as the real run's does.
 
     Raises:
         ValueError: with what the run would have failed with.
@@ -178,6 +178,8 @@ def check_fit_starts(args: Sequence[str]) -> None:
     logging.disable(logging.INFO)  # the real run prints the schedule and the Trainer's notes
     try:
         cli = build_cli(args, save_config_callback=None)
+        if prepare is not None:
+            prepare(cli)
         cli.trainer.callbacks.append(_StopAtTrainStart())
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     except _StopBeforeTraining:
@@ -193,13 +195,24 @@ def check_fit_starts(args: Sequence[str]) -> None:
 
 
 def run(args: Sequence[str] | None = None) -> None:
-    """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``)."""
-    with quiet_lightning():
-        MultigridCLI(
-            VideoClassifier,
-            MultigridVideoDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            args=None if args is None else list(args),
-            save_config_kwargs={"overwrite": True},
-        )
+    """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``).
+
+    A manifest that is missing or malformed is one line on stderr and exit status 2, as in
+    ``check-data``; other errors keep their traceback.
+    """
+    from lightning_multigrid.data.manifests.entries import ManifestError
+
+    try:
+        with quiet_lightning():
+            MultigridCLI(
+                VideoClassifier,
+                MultigridVideoDataModule,
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                args=None if args is None else list(args),
+                save_config_kwargs={"overwrite": True},
+            )
+    except (FileNotFoundError, ManifestError) as error:
+        command = (list(args) if args is not None else sys.argv[1:])[:1] or ["fit"]
+        print(f"lightning-multigrid {command[0]}: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -86,12 +86,12 @@ class _Clips(Dataset[dict[str, Any]]):
 class _GridData(pl.LightningDataModule):
     """A user's own DataModule serving grids (the `GridDataModule` contract) from `_Clips`."""
 
-    def __init__(self, slow_crop: int | None) -> None:
+    def __init__(self, slow_crop: int | None, size: int = 48) -> None:
         super().__init__()
         self.base_shape = GridShape(batch_size=2, num_frames=4, crop_size=16)
         self.clip_sampling = ClipSampling(sampling_rate=1)
         self.plan: GridPlan = FixedGrid(self.base_shape, self.clip_sampling)
-        self.dataset = _Clips(48, slow_crop, delay_s=0.005)
+        self.dataset = _Clips(size, slow_crop, delay_s=0.005)
 
     def serve(self, plan: GridPlan | None) -> None:
         self.plan = plan if plan is not None else FixedGrid(self.base_shape, self.clip_sampling)
@@ -116,42 +116,123 @@ class _Tiny(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-@pytest.mark.parametrize("slow_crop", [8, None])
-def test_summary_names_the_grid_a_slow_loader_paces(slow_crop, caplog):
-    # Short cycle only, base 2 x 4 x 16: crops 8 / 11 / 16 at batches 8 / 4 / 2, in turn.
+class _SlowBatchEnd(pl.Callback):
+    """What a slow logger write or checkpoint save does to a step: time after the step, before the next fetch."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        time.sleep(0.02)
+
+
+class _SlowLogger(pl.loggers.CSVLogger):
+    def log_metrics(self, metrics, step=None) -> None:
+        time.sleep(0.02)
+        super().log_metrics(metrics, step)
+
+
+def _fit_short_cycle(datamodule: pl.LightningDataModule, tmp_path, slow_after_step: bool = False) -> MultigridCallback:
+    # Short cycle only, base 2 x 4 x 16: crops 8 / 11 / 16 at batches 8 / 4 / 2, in turn; 300 clips:
+    # 21 iterations of each grid (MIN_ITERATIONS timed: the first of the epoch is not).
     callback = MultigridCallback(long_cycle=False, precise_bn_batches=0, preflight=False)
+    callbacks: list[pl.Callback] = [callback, _SlowBatchEnd()] if slow_after_step else [callback]
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", devices=1, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=callbacks, log_every_n_steps=1,
+        logger=_SlowLogger(tmp_path) if slow_after_step else False,
+    )
+    trainer.fit(_Tiny(), datamodule=datamodule)
+    return callback
+
+
+def _summary(caplog) -> str:
+    return next(r.getMessage() for r in caplog.records if "multigrid data wait" in r.getMessage())
+
+
+@pytest.mark.parametrize("slow_crop", [8, None])
+def test_summary_names_the_grid_a_slow_loader_paces(slow_crop, caplog, tmp_path):
     with caplog.at_level("INFO"):
-        trainer = pl.Trainer(
-            max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
-        )
-        trainer.fit(_Tiny(), datamodule=_GridData(slow_crop))
-    summary = next(r.getMessage() for r in caplog.records if "multigrid data wait" in r.getMessage())
+        _fit_short_cycle(_GridData(slow_crop, size=300), tmp_path)
+    summary = _summary(caplog)
     if slow_crop is None:
         assert "the model, not loading, set the pace" in summary
         return
     # 8 clips x 5 ms of waiting against a step of about 10 ms: 80% of the iteration.
     assert "loading set the pace at 1 of 3 grids" in summary
     assert "8 x 4 x 8:" in summary and "x 11:" not in summary and "x 16:" not in summary
-    assert "num_workers" in summary
+    # A DataModule of the user's own: advice that fits any, not our DataModule's settings.
+    assert "more DataLoader workers" in summary and "reader_settings" not in summary
+
+
+def test_slow_work_after_the_step_is_not_data_wait(caplog, tmp_path):
+    # A callback's on_train_batch_end and the logger's writes sleep 20 ms each per step, after a
+    # step of 10 ms, and the loader is fast: loading does not set the pace, at any grid.
+    with caplog.at_level("INFO"):
+        callback = _fit_short_cycle(_GridData(None, size=300), tmp_path, slow_after_step=True)
+    assert "the model, not loading, set the pace" in _summary(caplog)
+    shares = {g.crop_size: w.share for g, w in callback._meter.grids.items()}
+    assert len(shares) == 3 and max(shares.values()) < 0.1, shares
+
+
+def test_summary_says_when_it_has_too_few_iterations_to_judge(caplog, tmp_path):
+    # 48 clips: 3 or 4 iterations of each grid, however slow the loader.
+    with caplog.at_level("INFO"):
+        _fit_short_cycle(_GridData(8, size=48), tmp_path)
+    summary = _summary(caplog)
+    assert "too few iterations to judge" in summary and "8 x 4 x 8 (" in summary
+    assert "set the pace" not in summary
 
 
 def test_meter_shares_per_grid_and_pauses():
-    ticks = iter([0.0, 0.0, 1.0, 3.0, 4.0, 10.0, 12.0, 13.0])
-    meter = DataWaitMeter(limit=0.2, clock=lambda: next(ticks))
+    ticks = iter([0.0, 0.0, 0.0, 0.5, 1.0, 3.0, 3.5, 4.0, 10.0, 11.0, 12.0, 13.0])
+    meter = DataWaitMeter(limit=0.2, clock=lambda: next(ticks), min_iterations=1)
     coarse, base = GridShape(4, 2, 8), GridShape(1, 4, 16)
+    meter.fetch_start()  # 0.0
     meter.batch_start()  # 0.0: the first batch has no previous end: not timed
     meter.batch_end(coarse)  # 0.0
-    meter.batch_start()  # 1.0: waited 1 s
+    meter.fetch_start()  # 0.5: what ran before (a logger's write) is not a wait
+    meter.fetch_start()  # not read: the wait began at the first fetch
+    meter.batch_start()  # 1.0: waited 0.5 s
     meter.batch_end(coarse)  # 3.0: iteration 3 s
-    meter.batch_start()  # 4.0: waited 1 s
+    meter.fetch_start()  # 3.5
+    meter.batch_start()  # 4.0: waited 0.5 s
     meter.batch_end(base)  # 10.0: iteration 7 s
     meter.pause()  # e.g. a validation: the next gap is not a wait
+    meter.fetch_start()  # 11.0
     meter.batch_start()  # 12.0
     meter.batch_end(base)  # 13.0
-    assert meter.grids[coarse].share == pytest.approx(1 / 3) and meter.grids[coarse].iterations == 1
-    assert meter.grids[base].share == pytest.approx(1 / 7) and meter.grids[base].iterations == 1
-    assert meter.take_window_share() == pytest.approx(2 / 10)
+    assert meter.grids[coarse].share == pytest.approx(0.5 / 3) and meter.grids[coarse].iterations == 1
+    assert meter.grids[base].share == pytest.approx(0.5 / 7) and meter.grids[base].iterations == 1
+    assert meter.take_window_share() == pytest.approx(1 / 10)
     assert meter.take_window_share() is None
-    assert [g for g, _ in meter.paced_by_loading()] == [coarse]
-    assert "4 x 2 x 8: 33% of 1 iterations" in meter.summary() and "1 x 4 x 16" not in meter.summary()
+    assert meter.paced_by_loading() == []
+    assert "the model, not loading, set the pace" in meter.summary()
+
+
+def test_meter_judges_grids_timed_often_enough_and_gives_the_advice_it_is_given():
+    clock = [0.0]
+    meter = DataWaitMeter(limit=0.2, clock=lambda: clock[0], min_iterations=3)
+    coarse, base = GridShape(4, 2, 8), GridShape(1, 4, 16)
+
+    def iteration(grid: GridShape, wait_s: float, step_s: float) -> None:
+        meter.fetch_start()
+        clock[0] += wait_s
+        meter.batch_start()
+        clock[0] += step_s
+        meter.batch_end(grid)
+
+    for _ in range(4):  # 3 timed (the first has no previous end): judged
+        iteration(coarse, 1.0, 1.0)
+    for _ in range(2):  # 2 timed: too few
+        iteration(base, 1.0, 1.0)
+    summary = meter.summary("more loader workers (`num_workers`, now 2)")
+    assert "loading set the pace at 1 of 1 grids judged" in summary and "4 x 2 x 8: 50% of 3 iterations" in summary
+    assert "Not judged: too few iterations to judge (under 3 timed) at 1 x 4 x 16 (2)" in summary
+    assert "Try more loader workers (`num_workers`, now 2), or fewer or larger long-cycle shapes" in summary
+    assert "no iteration timed (the first batch of each epoch" in DataWaitMeter().summary()
+
+
+def test_schedule_summary_of_a_datamodule_without_its_size_names_the_property(caplog, tmp_path):
+    with caplog.at_level("INFO"):
+        _fit_short_cycle(_GridData(None, size=24), tmp_path)
+    table = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("Multigrid schedule"))
+    assert "regime: give _GridData a `train_dataset_size` property (its training clips) to see the optimizer steps" in table
+    assert "--dataset-size" not in table

@@ -92,8 +92,9 @@ def test_compare_tiny_config(tmp_path):
     assert "baseline epoch 3: val/top1" in result.stdout and "multigrid epoch 4: val/top1" in result.stdout
 
     # The config names no default_root_dir: the run folder is `runs`.
-    assert "figure (val/top1 over training wall-clock): runs/compare.png" in result.stdout
-    assert (work / "runs" / "compare.png").read_bytes()[:8] == PNG
+    # Named after the runs' log versions: a second comparison in the run folder gets its own.
+    assert "figure (val/top1 over training wall-clock): runs/compare-version_0.png" in result.stdout
+    assert (work / "runs" / "compare-version_0.png").read_bytes()[:8] == PNG
     for name in ("baseline", "multigrid"):
         log_dir = work / "runs" / name / "version_0"
         assert (log_dir / "config.yaml").is_file() and (log_dir / "metrics.csv").is_file()
@@ -142,9 +143,8 @@ def test_compare_missing_config_is_a_one_line_error(tmp_path):
     ("options", "match"),
     [
         (["--max-epochs", "1"], "`milestones` must be < `max_epochs`=1, got [2]"),
-        (["--max-epochs", "3", "--limit-train-batches", "0.2"], "0.2 * 1 < 1. Please increase the `limit_train_batches`"),
     ],
-    ids=["milestones_beyond_max_epochs", "multigrid_epoch_without_a_batch"],
+    ids=["milestones_beyond_max_epochs"],
 )
 def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
     """Failure 13: the whole baseline trained, then the multigrid run failed."""
@@ -156,6 +156,25 @@ def test_compare_refuses_before_the_baseline_trains(tmp_path, options, match):
     assert match in error
     assert "max_epochs=" not in result.stdout + result.stderr.replace(error, "")  # no run reached its end
     assert not (tmp_path / "curves.png").exists()
+
+
+@pytest.mark.slow
+def test_compare_limit_keeps_a_batch_per_epoch_and_the_summary_says_what_the_runs_did(tmp_path):
+    """A fraction that leaves a coarse multigrid epoch without a batch keeps one there (it was refused);
+    the schedule's summary gives the iterations the limited runs train, as the side-by-side table counts them."""
+    config = tiny_config(tmp_path)
+    result = run_compare("--config", str(config), "--max-epochs", "3", "--limit-train-batches", "0.2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    baseline = next(line.split() for line in lines if re.match(r"baseline +\d", line))
+    multigrid = next(line.split() for line in lines if re.match(r"multigrid +\d", line))
+    # Baseline: 3 epochs of int(0.2 * 6) = 1 batch. Multigrid: 4 epochs, each at least one batch.
+    assert baseline[1:3] == ["3", "3"] and multigrid[1] == "4" and int(multigrid[2]) >= 4
+    limited = re.search(r"this run, with `limit_train_batches=0.2`: (\d+) iterations per device vs (\d+)", result.stderr)
+    assert limited is not None, result.stderr[-3000:]
+    assert (limited[1], limited[2]) == (multigrid[2], baseline[2])
+    help_text = run_compare("--help").stdout
+    assert "at least one" in " ".join(help_text.split())
 
 
 def test_compare_refuses_an_unwritable_plot_first(tmp_path):
@@ -183,3 +202,17 @@ def test_compare_console_shows_only_what_a_user_needs(tmp_path):
     assert "multigrid epoch 4: val/top1" in result.stdout and "x fewer iterations" in result.stdout
     # What stays: Lightning's own account of the hardware and the end of each fit, once per run.
     assert result.stderr.count("GPU available:") == 2 and "`Trainer.fit` stopped" in result.stderr
+
+
+def test_fit_with_a_missing_manifest_is_a_one_line_error(tmp_path):
+    """As check-data reports it, not a traceback."""
+    result = run_cli(
+        "fit", "--model", "VideoClassifier", "--model.backbone", "tiny", "--data.train_manifest",
+        str(tmp_path / "missing.csv"), "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu",
+        "--trainer.default_root_dir", str(tmp_path / "runs"), cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"lightning-multigrid fit: error: Manifest {tmp_path / 'missing.csv'} does not exist: check the manifest path."
+    )

@@ -48,6 +48,22 @@ def test_check_data_lists_bad_files_and_exits_1(
     assert "resolution      96x64 to 96x64" in out and "fps             24.00-24.00" in out
 
 
+@pytest.mark.parametrize(("command", "match"), [
+    (["check-data", "m.csv", "--filename-tmpl", "img.jpg"], "`--filename-tmpl` 'img.jpg' has no frame-number field"),
+    (["extract-frames", "m.csv", "out", "--short-side", "0"], "`--short-side`"),
+])
+def test_cli_errors_name_the_flag_not_the_python_argument(
+    command: list[str], match: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.csv").write_text("a.mp4 0\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert match in err and "filename_tmpl" not in err and "short_side" not in err, err
+
+
 def test_check_data_settings_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["check-data", str(tmp_path / "missing.csv")])
@@ -93,7 +109,7 @@ def test_make_synthetic_rejects_bad_settings(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit) as exit_info:
         main(["make-synthetic", str(tmp_path), "--width", "63"])
     assert exit_info.value.code == 2
-    assert "`width` must be an even number" in capsys.readouterr().err
+    assert "`--width` must be an even number" in capsys.readouterr().err  # the flag, not the Python name
 
 
 def test_synthetic_videos_need_motion_and_texture() -> None:
@@ -128,7 +144,7 @@ def test_texture_cell_sets_the_checkerboard_cell(tmp_path: Path, capsys: pytest.
     with pytest.raises(SystemExit) as exit_info:
         main(["make-synthetic", str(tmp_path), "--texture-cell", "40"])
     assert exit_info.value.code == 2
-    assert "`texture_cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err
+    assert "`--texture-cell` must be between 2 and a quarter of the short side (30)" in capsys.readouterr().err
 
 
 def test_ensure_synthetic_dataset_writes_again_for_other_settings(tmp_path: Path) -> None:

@@ -42,6 +42,17 @@ def test_frames_keep_their_content_order_and_size(videos: VideoFactory, tmp_path
     assert_frames_are(clip, list(range(20)))
 
 
+def test_short_side_never_upscales(videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The docs' `--short-side 256` on a 64x48 video wrote 341x256 frames (2.8x the disk, no detail).
+    video = videos.coded("v.mp4", num_frames=4, width=64, height=48)
+    extract_video(str(video), str(tmp_path / "out"), short_side=256)
+    folder = open_frame_folder(VideoEntry(str(tmp_path / "out"), (0,)))
+    assert (folder.width, folder.height) == (64, 48)
+    with pytest.raises(SystemExit):
+        main(["extract-frames", "--help"])
+    assert "never upscaled" in capsys.readouterr().out
+
+
 def test_fps_resampling_keeps_every_other_frame(videos: VideoFactory, tmp_path: Path) -> None:
     video = videos.coded("v.mp4", num_frames=24, fps=12)
     assert extract_video(str(video), str(tmp_path / "out"), fps=6) == 12

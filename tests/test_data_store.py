@@ -327,7 +327,7 @@ def test_cli_pack_frames_and_check_data_on_the_store(
     assert f"FAILED {bad}: frame {bad / 'img_00003.jpg'} cannot be decoded" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_code:
         main(["pack-frames", str(tmp_path / "m.txt"), str(tmp_path / "x.store"), "--quality", "0"])
-    assert exit_code.value.code == 2 and "`quality`" in capsys.readouterr().err
+    assert exit_code.value.code == 2 and "`--quality`" in capsys.readouterr().err
 
 
 def test_folder_reader_and_store_reader_agree_on_sources(tmp_path: Path, frames: FrameFactory) -> None:

@@ -24,6 +24,7 @@ from lightning_multigrid._internals import (
     raise_recompile_limit,
     sequential_lr_parts,
     setting_owner,
+    watch_train_fetches,
 )
 
 
@@ -205,3 +206,22 @@ def test_finish_epoch_saved_at_its_last_batch_starts_the_longer_next_epoch_at_ba
         assert resumed.seen == [(1, 0, 0.05), (1, 1, 0.05), (1, 2, 0.05), (1, 3, 0.05)]
     else:  # what the function makes up for; if this fails, Lightning fixed it
         assert resumed.seen == [(1, 2, 0.05), (1, 3, 0.05)]
+
+
+def test_watch_train_fetches_sees_each_fetch_of_a_training_batch_before_its_step(tmp_path):
+    events: list[str] = []
+
+    class Order(pl.Callback):
+        def on_fit_start(self, trainer, pl_module):
+            self.undo = watch_train_fetches(trainer, lambda: events.append("fetch"))
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            events.append("step")
+
+    order = Order()
+    trainer = _trainer(tmp_path, max_epochs=2, limit_val_batches=0, callbacks=[order])
+    trainer.fit(_Linear())
+    # 4 batches an epoch, each fetched just before its step (a sized loader: no fetch past its end).
+    assert events == ["fetch", "step"] * 8
+    order.undo()
+    assert "_on_before_fetch" not in vars(trainer.fit_loop.epoch_loop)

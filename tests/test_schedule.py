@@ -154,8 +154,12 @@ def test_short_schedule_ten_epochs():
 
 def test_too_short_schedule_warns_and_drops_shapes():
     config = MultigridConfig(base=GridShape(8, 16, 112), max_epochs=5, milestones=(2, 4))
-    with pytest.warns(ShortScheduleWarning, match="too few for every long-cycle shape"):
+    with pytest.warns(ShortScheduleWarning, match="too few for every long-cycle shape") as caught:
         schedule = build_schedule(config)
+    # Written as grids, as the schedule table writes them, not as factor tuples: the shortest stage
+    # of each cycle is the base shape's (a shape's epochs follow its batch, and its batch is smallest).
+    message = str(caught[0].message)
+    assert "(batch x frames x crop: 8 x 16 x 112 in LR stage 0, 8 x 16 x 112 in LR stage 1)" in message, message
     # round(5 * 1.5) = 8 epochs for 8 long-cycle shapes + 2 fine-tuning halves: drop two.
     assert schedule.max_epochs == 8
     assert len(schedule.stages) == 8

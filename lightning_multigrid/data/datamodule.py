@@ -265,6 +265,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         """
         return len(self._require_train())
 
+    def loading_advice(self) -> str:
+        """What would make this DataModule's training loading faster, for the data-wait summary
+        (:func:`~lightning_multigrid.data.advice.loading_advice`); after ``setup("fit")``."""
+        from lightning_multigrid.data.advice import loading_advice
+
+        return loading_advice(self._require_train().reader, self._loaders.settings, self.decode_ahead)
+
     @property
     def num_classes(self) -> int:
         """Classes of the training (else validation) manifest; reads the manifest if not set up."""

@@ -105,7 +105,8 @@ def extract_video(
     Args:
         video: the video file.
         folder: the output folder (created; stale frames of an unfinished run are replaced).
-        short_side: resize so the short side has this many pixels; ``None`` keeps the size.
+        short_side: shrink so the short side has at most this many pixels (a smaller video keeps
+            its size: never upscaled, as the store's levels); ``None`` keeps the size.
         fps: keep frames at this rate (the first frame at or after each ``k / fps`` seconds);
             ``None`` keeps every frame.
         quality: JPEG quality, 1-100.
@@ -122,7 +123,7 @@ def extract_video(
         stale.unlink()
     # Displayed sizes: the stored frames are stretched to square pixels and turned upright.
     width, height = (metadata.width, metadata.height)
-    if short_side is not None:
+    if short_side is not None and short_side < min(width, height):  # never upscaled: it adds bytes, not detail
         width, height = resized_size(metadata.width, metadata.height, short_side)
     written = 0
     next_time = -math.inf
@@ -165,7 +166,7 @@ def extract_frames(
         output_dir: where the frame folders and the manifest go.
         manifest_name: file name of the written manifest; default the source manifest's stem
             plus ``.txt`` (``train.csv`` -> ``train.txt``).
-        short_side: resize frames to this short side in pixels (``None``: keep).
+        short_side: shrink frames to at most this short side in pixels, never upscale (``None``: keep).
         fps: resample to this frame rate (``None``: keep every frame).
         quality: JPEG quality, 1-100.
         workers: processes; default the CPU count, ``0`` or ``1`` extracts in this process.
