@@ -35,7 +35,7 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePre
 from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_int, check_positive_number
+from lightning_multigrid._checks import check_int, check_positive_number, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.models import (
@@ -161,6 +161,7 @@ class VideoClassifier(pl.LightningModule):
 
         # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
         self.save_hyperparameters(ignore=["backbone"] if isinstance(backbone, nn.Module) else None)
+        self.hparams.update(plain_value(dict(self.hparams)))  # a `weights` path as a string: weights-only loadable
         self.backbone, slowfast_alpha = _backbone(backbone, num_classes, dropout_rate, tiny_width, slowfast_alpha)
         self.loaded_weights: LoadedWeights | None = None
         """What ``weights`` loaded into the backbone and left new; ``None`` without ``weights``."""
