@@ -414,6 +414,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._loaders.close()
 
     @override
+    def on_exception(self, exception: BaseException) -> None:
+        """Stop every loader's workers and the decode-ahead thread when ``fit``, ``validate`` or ``test``
+        raises or is interrupted: Lightning calls no ``teardown`` then, and the thread would hold
+        decoded batches as long as the Trainer lives (a notebook)."""
+        self._loaders.close()
+
+    @override
     def state_dict(self) -> dict[str, Any]:
         """The skipped-video paths, so a resumed run keeps counting from where it stopped, and what
         was served (a multigrid schedule or not, the base shape), so a resume that cannot go on
