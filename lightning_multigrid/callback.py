@@ -21,7 +21,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner
+from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, max_epochs_filled_in, setting_owner
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
@@ -190,10 +190,7 @@ class MultigridCallback(Callback):
             return
         self._reset_fit_state()
         self._restored_config = None  # a checkpoint's config arrives after setup, in load_state_dict
-        if trainer.max_epochs is None or trainer.max_epochs < 1:
-            raise ValueError(
-                f"MultigridCallback needs `Trainer(max_epochs=...)`, the baseline's epochs, got {trainer.max_epochs!r}."
-            )
+        _check_max_epochs(trainer)
         check_no_torch_sync_batchnorm(trainer)
         if not isinstance(trainer.datamodule, GridDataModule):
             raise ValueError(
@@ -453,6 +450,24 @@ class MultigridCallback(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_config = state_dict.get("config")
+
+
+def _check_max_epochs(trainer: pl.Trainer) -> None:
+    """Refuse a Trainer without the baseline's ``max_epochs`` (Lightning fills in 1000 or -1 before ``setup``)."""
+    max_epochs = trainer.max_epochs
+    if max_epochs_filled_in(trainer):
+        raise ValueError(
+            f"MultigridCallback needs the baseline's epochs as `Trainer(max_epochs=...)`, and it was not given: Lightning "
+            f"filled in its default {max_epochs} (which would plan {max_epochs} baseline epochs). Pass `max_epochs`. "
+            f"(Lightning keeps no record of what was given, so a given {max_epochs} reads the same: for a baseline of "
+            f"exactly {max_epochs} epochs, give `max_steps` too, at least its optimizer steps.)"
+        )
+    if max_epochs is None or max_epochs < 1:
+        raise ValueError(
+            f"MultigridCallback needs the baseline's epochs as `Trainer(max_epochs=...)`, got {max_epochs!r} (no epoch "
+            "limit: what Lightning sets when `max_epochs` is not given but `max_steps` is). Pass `max_epochs`; "
+            "`max_steps` cannot set the schedule's length (docs/trainer.md)."
+        )
 
 
 def _is_pretrained(pl_module: pl.LightningModule) -> bool:
