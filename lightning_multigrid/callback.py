@@ -102,6 +102,12 @@ class MultigridCallback(Callback):
             (``coarse_share``: at most this fraction of the epochs on coarse grids;
             ``max_lr_factor``: largest batch growth, and LR factor, of a coarse grid); in YAML
             ``short_run: {coarse_share: 0.3}``.
+        pretrained: whether the model starts from pretrained weights: picks the warm-up rule (the
+            pretrained rule ramps a warm-up over its share of the baseline timeline; the
+            from-scratch rule over the baseline warm-up's optimizer steps, safe for 8x batches at
+            8x the LR from random weights) and the short-run default shapes. ``None``: the
+            LightningModule's ``pretrained`` attribute says (``VideoClassifier`` has one); a module
+            without one is taken as from scratch. The summary names the rule used.
 
     The multigrid options are checked here and kept as one value, :attr:`options` (a
     :class:`~lightning_multigrid.config.MultigridOptions`, which describes each and holds its
@@ -134,6 +140,7 @@ class MultigridCallback(Callback):
         full_grid_share: float = DEFAULTS.full_grid_share,
         scale_bn_base_size: bool = DEFAULTS.scale_bn_base_size,
         short_run: bool | ShortRun | None = DEFAULTS.short_run,
+        pretrained: bool | None = DEFAULTS.pretrained,
     ) -> None:
         # The schedule's own checks run as the options are built; those that need the base grid or
         # the Trainer run in setup.
@@ -147,6 +154,7 @@ class MultigridCallback(Callback):
             full_grid_share=full_grid_share,
             scale_bn_base_size=scale_bn_base_size,
             short_run=_short_run(short_run),
+            pretrained=pretrained,
         )
         self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         if milestones is not None:
@@ -227,7 +235,7 @@ class MultigridCallback(Callback):
         check_schedulers(configs, manage_lr=self.manage_lr, milestones_given=self.milestones is not None)
         stepwise = any(c.interval == "step" for c in configs)
         needs_length = stepwise or trainer.max_steps != -1 or isinstance(trainer.val_check_interval, int)
-        needs_length |= not self._long_cycle_factors_given and _is_pretrained(pl_module)  # is the run short?
+        needs_length |= not self._long_cycle_factors_given and self._pretrained(pl_module)  # is the run short?
         batches_per_epoch = self._baseline_batches_per_epoch(trainer) if needs_length else 1
         steps_per_epoch = max(1, math.ceil(batches_per_epoch / trainer.accumulate_grad_batches))
         for name, value in map_baseline_limits(
@@ -250,7 +258,7 @@ class MultigridCallback(Callback):
         if self.manage_lr:
             self._lr = MultigridLR.for_optimizers(
                 self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer),
-                warmup_in_steps=not _is_pretrained(pl_module),
+                warmup_in_steps=not self._pretrained(pl_module),
             )
         self._log = StepLog(
             self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
@@ -264,7 +272,7 @@ class MultigridCallback(Callback):
         datamodule: GridDataModule = trainer.datamodule
         options = self.options
         if not self._long_cycle_factors_given:
-            factors = default_long_cycle_factors(_is_pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
+            factors = default_long_cycle_factors(self._pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
             options = dataclasses.replace(options, long_cycle_factors=factors)
         config = MultigridConfig(
             base=datamodule.base_shape,
@@ -327,12 +335,35 @@ class MultigridCallback(Callback):
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
+    def _pretrained(self, pl_module: pl.LightningModule) -> bool:
+        """Whether the run starts from pretrained weights: the callback's ``pretrained``, else the module's."""
+        if self.options.pretrained is not None:
+            return self.options.pretrained
+        return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
+
     def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule) -> str:
         assert self.schedule is not None
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
-        pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
+        known = self.options.pretrained is not None or isinstance(pl_module, PretrainedModule)
+        pretrained = self._pretrained(pl_module) if known else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
-        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
+        table = format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
+        return "Multigrid schedule\n" + table + ("" if self._lr is None else "\n" + self._warmup_rule(pl_module))
+
+    def _warmup_rule(self, pl_module: pl.LightningModule) -> str:
+        """The summary line naming the warm-up rule and who chose it."""
+        if self.options.pretrained is not None:
+            source = f"`MultigridCallback(pretrained={self.options.pretrained})`"
+        elif isinstance(pl_module, PretrainedModule):
+            source = f"the module's `pretrained` ({bool(pl_module.pretrained)})"
+        else:
+            source = (
+                f"{type(pl_module).__name__} has no `pretrained` attribute; pass `MultigridCallback(pretrained=True)` "
+                "if it starts from pretrained weights"
+            )
+        if self._pretrained(pl_module):
+            return f"warm-up: pretrained rule (a warm-up covers its share of the baseline timeline; {source})."
+        return f"warm-up: from-scratch rule (a warm-up lasts the baseline warm-up's optimizer steps; {source})."
 
     # ------------------------------------------------------------- training
 
@@ -468,10 +499,6 @@ def _check_max_epochs(trainer: pl.Trainer) -> None:
             "limit: what Lightning sets when `max_epochs` is not given but `max_steps` is). Pass `max_epochs`; "
             "`max_steps` cannot set the schedule's length (docs/trainer.md)."
         )
-
-
-def _is_pretrained(pl_module: pl.LightningModule) -> bool:
-    return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
 
 
 def _short_run(short_run: bool | ShortRun | None) -> ShortRun | None:
