@@ -51,7 +51,7 @@ from lightning_multigrid.norm import (
 )
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
-from lightning_multigrid.resume import check_same_base, start_resumed_fit
+from lightning_multigrid.resume import check_same_base, check_same_length, start_resumed_fit
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 from lightning_multigrid.stages import BNPlan, Stage
 from lightning_multigrid.step_log import StepLog
@@ -288,6 +288,7 @@ class MultigridCallback(Callback):
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
             restored = dataclasses.replace(MultigridConfig.from_dict(self._restored_config), devices=trainer.world_size)
             check_same_base(restored, config)
+            check_same_length(restored, config)
             if restored != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
