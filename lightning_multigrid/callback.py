@@ -383,8 +383,7 @@ class MultigridCallback(Callback):
             return
         self._meter.batch_start()  # first: the wait for this batch ends here
         epoch = trainer.current_epoch
-        self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx,
-                         last_batch=batch_idx + 1 >= trainer.num_training_batches)
+        self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx)
         if self._lr is not None:
             self._lr.set_position(epoch, batch_idx, int(trainer.num_training_batches))
         stage = self._stage(epoch)
