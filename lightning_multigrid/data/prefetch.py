@@ -20,7 +20,8 @@ streams, which is how it is tested.
 
 The thread lives as long as one pass over the loader: it ends when the epoch's batches are used up,
 when the pass is abandoned (:meth:`DecodeAhead.iterate`'s iterator closed, or the loader iterated
-again) and at the DataModule's ``teardown``; none of these waits longer than the decode in flight.
+again), and at the DataModule's ``teardown`` and ``on_exception`` (a fit that raised or was
+interrupted); none of these waits longer than the decode in flight.
 
 Example::
 
