@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "FIGURE_SUFFIXES", "check_bool", "check_instance", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
-    "is_number",
+    "check_value", "is_number", "plain_value",
 ]
 
 
@@ -60,6 +62,38 @@ def check_instance(name: str, value: Any, kind: type, allow_none: bool = False) 
     """
     if not (isinstance(value, kind) or (allow_none and value is None)):
         raise TypeError(f"`{name}` must be a {kind.__name__}{' or None' if allow_none else ''}, got {value!r}.")
+    return value
+
+
+def check_value(name: str, value: Any, kind: type, allow_none: bool = False) -> Any:
+    """Return ``value`` if it is a ``kind`` (or ``None`` when allowed); a mapping of ``kind``'s fields is built into one.
+
+    For arguments that take a frozen value whole (``reader_settings``, ``eval_views``): a checkpoint's
+    hyper-parameters hold them as :func:`plain_value` wrote them, and ``load_from_checkpoint`` passes
+    that mapping back.
+
+    Raises:
+        TypeError: ``"`name` must be a Kind, got value."``
+        ValueError: from ``kind`` itself, naming the field, when the mapping holds a bad value.
+    """
+    if isinstance(value, Mapping) and dataclasses.is_dataclass(kind):
+        return kind(**value)
+    return check_instance(name, value, kind, allow_none)
+
+
+def plain_value(value: Any) -> Any:
+    """``value`` as torch's weights-only loader reads it without this package imported: a frozen
+    value (dataclass) becomes a dict of its constructor's fields, a path a string; lists, tuples and
+    dicts are converted item by item. What checkpoints store of a constructor's arguments."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain_value(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {key: plain_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [plain_value(item) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items  # a NamedTuple: a plain tuple
     return value
 
 

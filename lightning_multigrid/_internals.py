@@ -21,8 +21,8 @@ if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning
 
 __all__ = [
     "drop_train_loader", "ensure_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step",
-    "iterations_done_in_epoch", "layer_sync_of", "logger_step", "mark_dynamic_dims", "raise_recompile_limit",
-    "sequential_lr_parts", "setting_owner", "shutdown_loader_workers", "watch_train_fetches",
+    "iterations_done_in_epoch", "layer_sync_of", "logger_step", "mark_dynamic_dims", "max_epochs_filled_in",
+    "raise_recompile_limit", "sequential_lr_parts", "setting_owner", "shutdown_loader_workers", "watch_train_fetches",
 ]
 
 
@@ -167,6 +167,26 @@ def setting_owner(trainer: pl.Trainer, name: str) -> Any:
     if name == "max_steps":
         return trainer.fit_loop.epoch_loop
     return trainer
+
+
+# What Lightning sets `max_epochs` to when fit starts without it (and without `max_steps` or a `Timer`).
+LIGHTNING_DEFAULT_MAX_EPOCHS = 1000
+
+
+def max_epochs_filled_in(trainer: pl.Trainer) -> bool:
+    """Whether the fit loop's ``max_epochs`` may be the one Lightning filled in: ``Trainer(max_epochs=...)`` not given.
+
+    When ``fit`` starts, before any callback hook, Lightning replaces a missing ``max_epochs`` by
+    1000 (``max_steps`` unset and no ``Timer`` callback) or by -1 (no epoch limit); it keeps no
+    record of what was given, so this repeats its rule (``loops.utilities._parse_loop_limits``): a
+    1000 under that rule reads as not given. -1 is no epoch limit, given or not.
+    """
+    from pytorch_lightning.callbacks import Timer
+
+    return (
+        trainer.max_epochs == LIGHTNING_DEFAULT_MAX_EPOCHS and trainer.max_steps == -1
+        and not any(isinstance(callback, Timer) for callback in trainer.callbacks)
+    )
 
 
 def mark_dynamic_dims(tensor: torch.Tensor, dims: Iterable[int]) -> None:

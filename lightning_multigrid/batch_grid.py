@@ -8,7 +8,9 @@ no host-device sync. Validation and precise-BN batches never pass through it.
 
 The video is ``batch["video"]`` of a dict, the first item of a tuple or list (``(video, label)``),
 or the batch itself; a list of 5-D tensors is the ``[slow, fast]`` pathways (the fast one has the
-grid's frames). Layout ``(N, C, T, H, W)``. No Lightning here.
+grid's frames). Layout ``(N, C, T, H, W)`` or ``(N, T, C, H, W)``. What the schedule fixes is
+checked: the frames and the crop, and a batch no larger than planned (a collate that drops
+unreadable clips, or an epoch's last batch, gives fewer). No Lightning here.
 """
 
 from __future__ import annotations
@@ -37,19 +39,43 @@ def video_shapes(batch: Any) -> list[tuple[int, ...]] | None:
     return None
 
 
+# The video layouts a training batch may have, and the index of the frames dimension in each.
+LAYOUTS = {"(N, C, T, H, W)": 2, "(N, T, C, H, W)": 1}
+
+
+def grid_differences(shapes: list[tuple[int, ...]], grid: GridShape, frames_dim: int) -> list[str]:
+    """What in the video (one shape, or one per pathway) differs from ``grid`` read with frames at ``frames_dim``.
+
+    The schedule fixes the frames (the fast pathway's: the largest) and the crop, and the batch at
+    most: a batch may hold fewer clips (an epoch's last batch, a collate that drops unreadable clips).
+    """
+    differences = []
+    clips = max(shape[0] for shape in shapes)
+    if not 0 < clips <= grid.batch_size:
+        differences.append(f"{clips} clips, more than the {grid.batch_size} planned" if clips else "no clips")
+    frames = max(shape[frames_dim] for shape in shapes)
+    if frames != grid.num_frames:
+        differences.append(f"{frames} frames, not {grid.num_frames}")
+    for height, width in sorted({shape[-2:] for shape in shapes}):
+        if (height, width) != (grid.crop_size, grid.crop_size):
+            differences.append(f"{height}x{width} px, not {grid.crop_size}x{grid.crop_size}")
+    return differences
+
+
 class BatchGridCheck:
     """Refuses a training batch whose video is not at the planned grid (warns once when it finds no video)."""
 
     def __init__(self) -> None:
         self._warned = False
 
-    def __call__(self, batch: Any, grid: GridShape, *, epoch: int, batch_idx: int, last_batch: bool) -> None:
+    def __call__(self, batch: Any, grid: GridShape, *, epoch: int, batch_idx: int) -> None:
         """Check one training batch against ``grid``, the schedule's grid of ``(epoch, batch_idx)``.
 
-        ``last_batch``: the epoch's last batch, which may hold fewer clips (``drop_last=False``).
+        Frames and crop must be the grid's, in either layout of :data:`LAYOUTS`; the batch may hold
+        fewer clips than planned, never more.
 
         Raises:
-            ValueError: naming the received and the expected shape and the fix.
+            ValueError: naming the received shape, what differs from the planned grid, and the fix.
         """
         shapes = video_shapes(batch)
         if shapes is None:
@@ -57,24 +83,23 @@ class BatchGridCheck:
                 self._warned = True
                 warnings.warn(
                     "MultigridCallback cannot check that training batches have the schedule's grid: it finds no "
-                    "(N, C, T, H, W) video tensor in the batch (looked at a tensor, batch['video'], batch[0], or a "
+                    "5-D video tensor in the batch (looked at a tensor, batch['video'], batch[0], or a "
                     "list of pathway tensors). Make sure your train loader serves the plan given to `serve(plan)`.",
                     stacklevel=2,
                 )
             return
-        clips = {shape[0] for shape in shapes}
-        frames = max(shape[2] for shape in shapes)
-        crops = {(shape[3], shape[4]) for shape in shapes}
-        clips_ok = clips == {grid.batch_size} or (last_batch and len(clips) == 1 and 0 < min(clips) < grid.batch_size)
-        if clips_ok and frames == grid.num_frames and crops == {(grid.crop_size, grid.crop_size)}:
+        found = {layout: grid_differences(shapes, grid, dim) for layout, dim in LAYOUTS.items()}
+        layout = min(found, key=lambda name: len(found[name]))  # the first (N, C, T, H, W) on a tie
+        if not found[layout]:
             return
         received = " and ".join(str(shape) for shape in shapes)
         raise ValueError(
-            f"MultigridCallback: training batch {batch_idx} of epoch {epoch} has video of shape {received} "
-            f"(clips, channels, frames, height, width), but the multigrid schedule's grid there is "
-            f"{grid.batch_size} clips x {grid.num_frames} frames x {grid.crop_size}x{grid.crop_size} px: the DataModule "
-            "does not serve the schedule, so the LR factor and BatchNorm grouping set for that grid, and the grid "
-            "logged, would be wrong. Keep the plan that `serve(plan)` receives and build the train loader from it in "
-            "`train_dataloader()` with `ShortCycleBatchSampler(sampler, plan)`, decoding each clip to its "
-            "`ClipRequest`'s `num_frames` and `crop_size` (docs/data.md); or use `MultigridVideoDataModule`."
+            f"MultigridCallback: training batch {batch_idx} of epoch {epoch} has video of shape {received} (read as "
+            f"{layout}: {'; '.join(found[layout])}), but the multigrid schedule's grid there is {grid.batch_size} "
+            f"clips x {grid.num_frames} frames x {grid.crop_size}x{grid.crop_size} px (a batch may hold fewer clips, "
+            "never more): the train loader does not follow the schedule, so the LR factor and BatchNorm grouping set "
+            "for that grid, and the grid logged, would be wrong. Build the train loader from the plan that "
+            "`serve(plan)` receives, in `train_dataloader()` with `ShortCycleBatchSampler(sampler, plan)`, decoding "
+            "each clip to its `ClipRequest`'s `num_frames` and `crop_size` (docs/data.md); or use "
+            "`MultigridVideoDataModule`."
         )

@@ -22,7 +22,13 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
-from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner, watch_train_fetches
+from lightning_multigrid._internals import (
+    drop_train_loader,
+    ensure_train_loader,
+    max_epochs_filled_in,
+    setting_owner,
+    watch_train_fetches,
+)
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
@@ -53,7 +59,7 @@ from lightning_multigrid.norm import (
 )
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
-from lightning_multigrid.resume import check_same_base, start_resumed_fit
+from lightning_multigrid.resume import check_same_base, check_same_length, start_resumed_fit
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 from lightning_multigrid.stages import BNPlan, Stage
 from lightning_multigrid.step_log import StepLog
@@ -104,6 +110,12 @@ class MultigridCallback(Callback):
             (``coarse_share``: at most this fraction of the epochs on coarse grids;
             ``max_lr_factor``: largest batch growth, and LR factor, of a coarse grid); in YAML
             ``short_run: {coarse_share: 0.3}``.
+        pretrained: whether the model starts from pretrained weights: picks the warm-up rule (the
+            pretrained rule ramps a warm-up over its share of the baseline timeline; the
+            from-scratch rule over the baseline warm-up's optimizer steps, safe for 8x batches at
+            8x the LR from random weights) and the short-run default shapes. ``None``: the
+            LightningModule's ``pretrained`` attribute says (``VideoClassifier`` has one); a module
+            without one is taken as from scratch. The summary names the rule used.
 
     The multigrid options are checked here and kept as one value, :attr:`options` (a
     :class:`~lightning_multigrid.config.MultigridOptions`, which describes each and holds its
@@ -136,6 +148,7 @@ class MultigridCallback(Callback):
         full_grid_share: float = DEFAULTS.full_grid_share,
         scale_bn_base_size: bool = DEFAULTS.scale_bn_base_size,
         short_run: bool | ShortRun | None = DEFAULTS.short_run,
+        pretrained: bool | None = DEFAULTS.pretrained,
     ) -> None:
         # The schedule's own checks run as the options are built; those that need the base grid or
         # the Trainer run in setup.
@@ -149,6 +162,7 @@ class MultigridCallback(Callback):
             full_grid_share=full_grid_share,
             scale_bn_base_size=scale_bn_base_size,
             short_run=_short_run(short_run),
+            pretrained=pretrained,
         )
         self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         if milestones is not None:
@@ -193,10 +207,7 @@ class MultigridCallback(Callback):
             return
         self._reset_fit_state()
         self._restored_config = None  # a checkpoint's config arrives after setup, in load_state_dict
-        if trainer.max_epochs is None or trainer.max_epochs < 1:
-            raise ValueError(
-                f"MultigridCallback needs `Trainer(max_epochs=...)`, the baseline's epochs, got {trainer.max_epochs!r}."
-            )
+        _check_max_epochs(trainer)
         check_no_torch_sync_batchnorm(trainer)
         if not isinstance(trainer.datamodule, GridDataModule):
             raise ValueError(
@@ -233,7 +244,7 @@ class MultigridCallback(Callback):
         check_schedulers(configs, manage_lr=self.manage_lr, milestones_given=self.milestones is not None)
         stepwise = any(c.interval == "step" for c in configs)
         needs_length = stepwise or trainer.max_steps != -1 or isinstance(trainer.val_check_interval, int)
-        needs_length |= not self._long_cycle_factors_given and _is_pretrained(pl_module)  # is the run short?
+        needs_length |= not self._long_cycle_factors_given and self._pretrained(pl_module)  # is the run short?
         batches_per_epoch = self._baseline_batches_per_epoch(trainer) if needs_length else 1
         steps_per_epoch = max(1, math.ceil(batches_per_epoch / trainer.accumulate_grad_batches))
         for name, value in map_baseline_limits(
@@ -257,7 +268,7 @@ class MultigridCallback(Callback):
         if self.manage_lr:
             self._lr = MultigridLR.for_optimizers(
                 self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer),
-                warmup_in_steps=not _is_pretrained(pl_module),
+                warmup_in_steps=not self._pretrained(pl_module),
             )
         self._log = StepLog(
             self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
@@ -271,7 +282,7 @@ class MultigridCallback(Callback):
         datamodule: GridDataModule = trainer.datamodule
         options = self.options
         if not self._long_cycle_factors_given:
-            factors = default_long_cycle_factors(_is_pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
+            factors = default_long_cycle_factors(self._pretrained(pl_module), self._baseline_max_epochs * steps_per_epoch)
             options = dataclasses.replace(options, long_cycle_factors=factors)
         config = MultigridConfig(
             base=datamodule.base_shape,
@@ -287,6 +298,7 @@ class MultigridCallback(Callback):
             # BatchNorm plan follows the devices this run has, which may differ from the saved run's.
             restored = dataclasses.replace(MultigridConfig.from_dict(self._restored_config), devices=trainer.world_size)
             check_same_base(restored, config)
+            check_same_length(restored, config)
             if restored != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
@@ -334,10 +346,17 @@ class MultigridCallback(Callback):
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
+    def _pretrained(self, pl_module: pl.LightningModule) -> bool:
+        """Whether the run starts from pretrained weights: the callback's ``pretrained``, else the module's."""
+        if self.options.pretrained is not None:
+            return self.options.pretrained
+        return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
+
     def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule, trainer: pl.Trainer) -> str:
         assert self.schedule is not None
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
-        pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
+        known = self.options.pretrained is not None or isinstance(pl_module, PretrainedModule)
+        pretrained = self._pretrained(pl_module) if known else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
         hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
         table = format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint)
@@ -348,7 +367,22 @@ class MultigridCallback(Callback):
                 f"\nthis run, with `limit_train_batches={limit}`: {multigrid} iterations per device vs {baseline} "
                 "for its baseline (the counts above are of full epochs)"
             )
-        return "Multigrid schedule\n" + table
+        return "Multigrid schedule\n" + table + ("" if self._lr is None else "\n" + self._warmup_rule(pl_module))
+
+    def _warmup_rule(self, pl_module: pl.LightningModule) -> str:
+        """The summary line naming the warm-up rule and who chose it."""
+        if self.options.pretrained is not None:
+            source = f"`MultigridCallback(pretrained={self.options.pretrained})`"
+        elif isinstance(pl_module, PretrainedModule):
+            source = f"the module's `pretrained` ({bool(pl_module.pretrained)})"
+        else:
+            source = (
+                f"{type(pl_module).__name__} has no `pretrained` attribute; pass `MultigridCallback(pretrained=True)` "
+                "if it starts from pretrained weights"
+            )
+        if self._pretrained(pl_module):
+            return f"warm-up: pretrained rule (a warm-up covers its share of the baseline timeline; {source})."
+        return f"warm-up: from-scratch rule (a warm-up lasts the baseline warm-up's optimizer steps; {source})."
 
     # ------------------------------------------------------------- training
 
@@ -367,8 +401,7 @@ class MultigridCallback(Callback):
             return
         self._meter.batch_start()  # first: the wait for this batch ends here
         epoch = trainer.current_epoch
-        self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx,
-                         last_batch=batch_idx + 1 >= trainer.num_training_batches)
+        self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx)
         if self._lr is not None:
             self._lr.set_position(epoch, batch_idx, int(trainer.num_training_batches))
         stage = self._stage(epoch)
@@ -473,8 +506,22 @@ class MultigridCallback(Callback):
         self._restored_config = state_dict.get("config")
 
 
-def _is_pretrained(pl_module: pl.LightningModule) -> bool:
-    return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
+def _check_max_epochs(trainer: pl.Trainer) -> None:
+    """Refuse a Trainer without the baseline's ``max_epochs`` (Lightning fills in 1000 or -1 before ``setup``)."""
+    max_epochs = trainer.max_epochs
+    if max_epochs_filled_in(trainer):
+        raise ValueError(
+            f"MultigridCallback needs the baseline's epochs as `Trainer(max_epochs=...)`, and it was not given: Lightning "
+            f"filled in its default {max_epochs} (which would plan {max_epochs} baseline epochs). Pass `max_epochs`. "
+            f"(Lightning keeps no record of what was given, so a given {max_epochs} reads the same: for a baseline of "
+            f"exactly {max_epochs} epochs, give `max_steps` too, at least its optimizer steps.)"
+        )
+    if max_epochs is None or max_epochs < 1:
+        raise ValueError(
+            f"MultigridCallback needs the baseline's epochs as `Trainer(max_epochs=...)`, got {max_epochs!r} (no epoch "
+            "limit: what Lightning sets when `max_epochs` is not given but `max_steps` is). Pass `max_epochs`; "
+            "`max_steps` cannot set the schedule's length (docs/trainer.md)."
+        )
 
 
 def _short_run(short_run: bool | ShortRun | None) -> ShortRun | None:

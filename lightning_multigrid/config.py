@@ -104,6 +104,12 @@ class MultigridOptions:
             epochs run at the full grid. ``max_epochs`` stays the baseline's and the LR stages
             stay at the baseline's milestones (the user's LR schedule maps one to one). The short
             cycle, ``epoch_factor`` and the fine-tuning phase are not used.
+        pretrained: whether the model starts from pretrained weights, which picks the warm-up rule
+            (:class:`~lightning_multigrid.lr.MultigridLR`'s ``warmup_in_steps``: the pretrained rule
+            ramps over the warm-up's share of the baseline timeline, the from-scratch rule over its
+            optimizer steps) and the default long-cycle shapes of a short run. ``None``: the
+            LightningModule says (a ``pretrained`` attribute,
+            :class:`~lightning_multigrid.contracts.PretrainedModule`; from scratch without one).
 
     Raises:
         ValueError: naming the option, its constraint and its value.
@@ -118,10 +124,12 @@ class MultigridOptions:
     full_grid_share: float = 0.0
     scale_bn_base_size: bool = False
     short_run: ShortRun | None = None
+    pretrained: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("long_cycle", "short_cycle", "scale_bn_base_size"):
             check_bool(name, getattr(self, name))
+        check_bool("pretrained", self.pretrained, allow_none=True)
         if self.short_run is not None and not isinstance(self.short_run, ShortRun):
             raise ValueError(
                 f"`short_run` must be a ShortRun(coarse_share, max_lr_factor) or None (off), got {self.short_run!r}."

@@ -35,7 +35,7 @@ from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePre
 from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_int, check_positive_number
+from lightning_multigrid._checks import check_bool, check_int, check_positive_number, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.models import (
@@ -110,6 +110,11 @@ class VideoClassifier(pl.LightningModule):
             first steps of each new grid; ``docs/trainer.md`` says when it pays.
         compile_backend: ``torch.compile``'s ``backend`` (``"inductor"`` generates kernels and needs a
             C++ compiler on CPU; ``"eager"`` only traces, for checking that a model compiles).
+        pretrained: whether the backbone starts from pretrained weights (:attr:`pretrained`, which
+            ``MultigridCallback`` reads for its warm-up rule). ``None``: pretrained when ``weights``
+            are given or ``backbone`` is an ``nn.Module`` (a module passed in is usually built with its
+            weights: say ``pretrained=False`` for a randomly initialised one); a named backbone without
+            ``weights`` is from scratch.
 
     Example::
 
@@ -142,6 +147,7 @@ class VideoClassifier(pl.LightningModule):
         backbone_lr_factor: float = 1.0,
         compile: bool | Literal["dynamic", "per_grid"] = False,
         compile_backend: str = "inductor",
+        pretrained: bool | None = None,
     ) -> None:
         super().__init__()
         check_int("num_classes", num_classes, 1 if multi_label else 2)
@@ -158,9 +164,11 @@ class VideoClassifier(pl.LightningModule):
                 "set `requires_grad=False` on its parameters)."
             )
         self._milestones = _check_milestones(milestones, warmup_epochs)
+        check_bool("pretrained", pretrained, allow_none=True)
 
         # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
         self.save_hyperparameters(ignore=["backbone"] if isinstance(backbone, nn.Module) else None)
+        self.hparams.update(plain_value(dict(self.hparams)))  # a `weights` path as a string: weights-only loadable
         self.backbone, slowfast_alpha = _backbone(backbone, num_classes, dropout_rate, tiny_width, slowfast_alpha)
         self.loaded_weights: LoadedWeights | None = None
         """What ``weights`` loaded into the backbone and left new; ``None`` without ``weights``."""
@@ -168,6 +176,7 @@ class VideoClassifier(pl.LightningModule):
             self.loaded_weights = load_weights(
                 self.backbone, weights, backbone=backbone if isinstance(backbone, str) else None, num_classes=num_classes
             )
+        self._pretrained = pretrained if pretrained is not None else weights is not None or isinstance(backbone, nn.Module)
         self.compile_mode = _compile_mode(compile)
         """``None`` (eager), ``"dynamic"`` or ``"per_grid"``: how the backbone is compiled."""
         if self.compile_mode is not None:
@@ -345,8 +354,9 @@ class VideoClassifier(pl.LightningModule):
 
     @property
     def pretrained(self) -> bool:
-        """Whether the backbone started from pretrained ``weights``."""
-        return self.loaded_weights is not None
+        """Whether the backbone starts from pretrained weights: the ``pretrained`` argument, by default
+        whether ``weights`` were given or the backbone was passed as a module."""
+        return self._pretrained
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """SGD parameter groups: ``decay`` (weights) and ``no_decay`` (BatchNorm, biases).

@@ -8,7 +8,8 @@ epoch's first, middle or last batch, or at its end. What cannot continue exactly
 
 - a checkpoint of a run without the callback (a baseline) resumed with it, and the reverse (the
   reverse is refused by ``MultigridVideoDataModule``, which knows what it served);
-- another base shape or clip sampling than the checkpoint's (a smaller batch after an
+- another baseline ``max_epochs`` (the stages follow from it: a finished run cannot be extended exactly),
+  or another base shape or clip sampling than the checkpoint's (a smaller batch after an
   out-of-memory error, say): the schedule's grids, epochs and LR factors are built from them;
 - a mid-epoch checkpoint with a train loader that would replay the epoch's first batches.
 
@@ -30,7 +31,7 @@ from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 if TYPE_CHECKING:
     import pytorch_lightning as pl
 
-__all__ = ["check_same_base", "resume_iteration", "start_resumed_fit"]
+__all__ = ["check_same_base", "check_same_length", "resume_iteration", "start_resumed_fit"]
 
 _SAMPLER_FIX = (
     "ShortCycleBatchSampler(sampler, plan, start_epoch=self.trainer.current_epoch, "
@@ -66,6 +67,30 @@ def check_same_base(restored: MultigridConfig, config: MultigridConfig) -> None:
         "yours). Resume with the checkpoint's DataModule settings; for a smaller batch (less memory per step), start "
         "a new run from the checkpoint's weights: `model.load_state_dict(torch.load(path)['state_dict'])`, then "
         "`fit` without `ckpt_path`."
+    )
+
+
+def check_same_length(restored: MultigridConfig, config: MultigridConfig) -> None:
+    """Refuse to resume a schedule built for another baseline ``max_epochs`` than the Trainer's.
+
+    The stages' epochs are the whole schedule scaled to ``epoch_factor * max_epochs``, so a longer
+    baseline moves every stage: its schedule does not continue the checkpoint's (a finished run
+    resumed with a larger ``max_epochs`` would train 0 steps and return as if done).
+
+    Raises:
+        ValueError: naming both values and the fix.
+    """
+    if restored.max_epochs == config.max_epochs:
+        return
+    outcome = "end where it is" if config.max_epochs > restored.max_epochs else "run past yours"
+    raise ValueError(
+        f"MultigridCallback: the checkpoint's multigrid schedule was built for a {restored.max_epochs}-epoch baseline "
+        f"(`max_epochs`={restored.max_epochs}), but this Trainer has `max_epochs`={config.max_epochs}. Every stage's "
+        "epochs follow from `max_epochs` (scaled to `epoch_factor` times it), so a schedule of another length does not "
+        f"continue the checkpoint's, and the checkpoint's own would {outcome}. "
+        f"Resume with `max_epochs={restored.max_epochs}`; to train longer, start a new run from the checkpoint's "
+        "weights (`model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`, with a "
+        "pretrained warm-up: `MultigridCallback(pretrained=True)`)."
     )
 
 

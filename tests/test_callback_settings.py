@@ -101,6 +101,19 @@ def test_step_based_val_check_interval_is_refused(synthetic_dataset, train_manif
     assert model.steps == []
 
 
+@pytest.mark.parametrize(("trainer_args", "match"), [
+    ({"max_epochs": None}, r"it was not given: Lightning filled in its default 1000.*Pass `max_epochs`"),
+    ({"max_epochs": None, "max_steps": 500}, r"got -1 \(no epoch limit.*Pass `max_epochs`"),
+])
+def test_a_trainer_without_max_epochs_is_refused(synthetic_dataset, train_manifest, trainer_args, match):
+    """Lightning fills in `max_epochs` before the callback's `setup` (issue 36, item 1)."""
+    model = IndexRecordingNet()
+    with pytest.raises(ValueError, match=match):
+        fit(model, make_datamodule(synthetic_dataset, train_manifest), MultigridCallback(precise_bn_batches=0),
+            **trainer_args)
+    assert model.steps == []
+
+
 # ------------------------------------------------------------------ long-cycle factors (item 4)
 
 

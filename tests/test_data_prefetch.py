@@ -6,6 +6,7 @@ frame folders and a real Trainer."""
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import threading
 import time
 import warnings
@@ -149,14 +150,17 @@ def test_decode_ahead_refuses_a_depth_beyond_two() -> None:
 class ThreadWatchingNet(pl.LightningModule):
     """A tiny 3D CNN that records, per training step, the batch it got and whether a decode thread was alive."""
 
-    def __init__(self) -> None:
+    def __init__(self, fail_at_step: int | None = None, failure: type[BaseException] = RuntimeError) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Conv3d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(4, 4))
         self.steps: list[tuple[tuple[int, ...], torch.dtype, bool]] = []
+        self.fail_at_step, self.failure = fail_at_step, failure
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         video = batch["video"]
         self.steps.append((tuple(video.shape), video.dtype, bool(decode_threads())))
+        if self.global_step == self.fail_at_step:
+            raise self.failure("the step failed")
         return nn.functional.cross_entropy(self.net(video), batch["label"])
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -166,12 +170,15 @@ class ThreadWatchingNet(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def fit(manifest: Path, limit_train_batches: int | None = None, **options: Any) -> tuple[ThreadWatchingNet, MultigridVideoDataModule]:
-    datamodule = MultigridVideoDataModule(
+def fit(
+    manifest: Path, limit_train_batches: int | None = None, model: ThreadWatchingNet | None = None,
+    datamodule: MultigridVideoDataModule | None = None, **options: Any
+) -> tuple[ThreadWatchingNet, MultigridVideoDataModule]:
+    datamodule = datamodule or MultigridVideoDataModule(
         train_manifest=str(manifest), val_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
         sampling_rate=2, num_workers=2, reader_settings=ReaderSettings(frame_decode="device"), seed=0, **options,
     )
-    model = ThreadWatchingNet()
+    model = model or ThreadWatchingNet()
     trainer = pl.Trainer(
         max_epochs=2, accelerator="cpu", devices=1, limit_train_batches=limit_train_batches, limit_val_batches=1,
         num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -204,6 +211,40 @@ def test_strict_raises_from_fit_and_leaves_no_thread(tmp_path: Path, frames: Fra
     with pytest.raises(VideoDecodeError, match="img_00003.jpg cannot be decoded"):
         fit(manifest, strict=True)
     assert not decode_threads()
+
+
+@pytest.mark.parametrize("failure", [RuntimeError, KeyboardInterrupt])
+def test_a_fit_that_raises_leaves_no_thread_or_worker(tmp_path: Path, frames: FrameFactory, failure: type[BaseException]) -> None:
+    """Lightning calls no `teardown` when fit raises: the DataModule's `on_exception` stops them (issue 35, item 9)."""
+    manifest = frame_dataset(tmp_path, frames)
+    model = ThreadWatchingNet(fail_at_step=1, failure=failure)
+    interrupt_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl+C while it shuts down
+    try:
+        with pytest.raises(SystemExit if failure is KeyboardInterrupt else RuntimeError):  # (Lightning exits on Ctrl+C)
+            fit(manifest, model=model)
+    finally:
+        signal.signal(signal.SIGINT, interrupt_handler)
+    assert [alive for _, _, alive in model.steps] == [True, True]  # the thread was decoding when the step failed
+    assert not decode_threads()
+    assert not multiprocessing.active_children()
+
+
+def test_a_dataset_decoded_by_its_reader_is_not_decoded_again(tmp_path: Path, frames: FrameFactory) -> None:
+    """`use_datasets` with a dataset whose reader decodes in the workers, on a DataModule set to decode on the
+    device: what the batch holds decides, not the settings (issue 35, item 10)."""
+    manifest = frame_dataset(tmp_path, frames)
+    datamodule = MultigridVideoDataModule(
+        train_manifest=str(manifest), val_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
+        sampling_rate=2, num_workers=2, reader_settings=ReaderSettings(frame_decode="device"), seed=0,
+    )
+    datamodule.use_datasets(train=TrainVideoDataset(manifest, ReaderSettings(frame_decode="workers")))
+    model, _ = fit(manifest, limit_train_batches=1, datamodule=datamodule)
+    assert [(shape, dtype) for shape, dtype, _ in model.steps] == [((2, 3, 4, 32, 32), torch.float32)] * 2
+    assert not any(alive for _, _, alive in model.steps)  # nothing to decode: no thread started
+    host = host_batches(manifest, [[0, 1], [2, 0]])
+    decoded = {"video": torch.zeros(2, 3, 4, 32, 32, dtype=torch.uint8), "label": torch.tensor([0, 1])}
+    got = list(DecodeAhead(BatchTransfer().decode, torch.device("cpu")).iterate([host[0], decoded, host[1]]))
+    assert got[1] is decoded and [tuple(b["video"].shape) for b in got] == [(2, 3, 12, 32, 32), (2, 3, 4, 32, 32), (2, 3, 12, 32, 32)]
 
 
 def test_the_serial_path_stays_reachable(tmp_path: Path, frames: FrameFactory) -> None:

@@ -246,8 +246,8 @@ def test_synthetic_generates_once(tmp_path: Path) -> None:
     [
         (dict(batch_size=0), ValueError, "`batch_size`"),
         (dict(crop_size=-1), ValueError, "`crop_size`"),
-        (dict(eval_views={"num_views": 2}), TypeError, "`eval_views` must be a EvalViews"),
-        (dict(reader_settings={"frame_decode": "device"}), TypeError, "`reader_settings` must be a ReaderSettings"),
+        (dict(eval_views=(2, 3)), TypeError, "`eval_views` must be a EvalViews"),
+        (dict(reader_settings={"frame_decode": "gpu"}), ValueError, "`frame_decode` must be .workers. or .device., got .gpu."),
         (dict(synthetic="data/synthetic"), TypeError, "`synthetic` must be a SyntheticData"),
         (dict(sampling_rate=2.5), ValueError, "`sampling_rate` must be a positive integer"),
         (dict(num_workers=-1), ValueError, "`num_workers`"),

@@ -21,6 +21,7 @@ from lightning_multigrid._internals import (
     iterations_done_in_epoch,
     layer_sync_of,
     logger_step,
+    max_epochs_filled_in,
     raise_recompile_limit,
     sequential_lr_parts,
     setting_owner,
@@ -122,6 +123,26 @@ def test_setting_owner_writes_what_the_trainer_reads(tmp_path):
     for name, value in (("max_epochs", 7), ("max_steps", -1), ("val_check_interval", 0.5)):
         setattr(setting_owner(trainer, name), name, value)
     assert (trainer.max_epochs, trainer.max_steps, trainer.val_check_interval) == (7, -1, 0.5)
+
+
+@pytest.mark.parametrize(("given", "filled_in"), [
+    ({}, True), ({"max_epochs": 3}, False), ({"max_epochs": 3000}, False), ({"max_steps": 4}, False),
+    ({"callbacks": [pl.callbacks.Timer(duration="00:00:10:00")]}, False),
+])
+def test_max_epochs_filled_in_follows_lightnings_rule(tmp_path, given, filled_in):
+    seen: list[bool] = []
+
+    class Probe(pl.Callback):
+        def setup(self, trainer, pl_module, stage):  # where MultigridCallback reads it
+            seen.append(max_epochs_filled_in(trainer))
+            raise InterruptedError("probed")
+
+    args = dict(default_root_dir=tmp_path, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                enable_model_summary=False)
+    trainer = pl.Trainer(**args, **{**given, "callbacks": [Probe(), *given.get("callbacks", [])]})
+    with pytest.raises(InterruptedError, match="probed"):
+        trainer.fit(_Linear())
+    assert seen == [filled_in]
 
 
 def test_is_logging_step_and_logger_step_are_where_lightning_writes(tmp_path):

@@ -255,3 +255,20 @@ def test_another_batch_size_is_refused(synthetic_dataset, train_manifest, checkp
         run(make_datamodule(synthetic_dataset, train_manifest, batch_size=2), multigrid(), model=model,
             ckpt_path=str(checkpoints["multigrid"]), limit_train_batches=2)
     assert model.steps == []
+
+
+@pytest.mark.parametrize("finished", [True, False], ids=["finished-run", "epoch-0"])
+def test_another_max_epochs_is_refused(synthetic_dataset, train_manifest, checkpoints, tmp_path, finished):
+    """A longer baseline moves every stage: a finished run resumed with a larger `max_epochs` trained 0 steps and
+    returned as if done (issue 35, item 7)."""
+    ckpt = checkpoints["multigrid"]
+    if finished:
+        run(make_datamodule(synthetic_dataset, train_manifest), multigrid(),
+            ModelCheckpoint(dirpath=tmp_path, save_last=True), limit_train_batches=2)
+        ckpt = tmp_path / "last.ckpt"
+    model = IndexRecordingNet()
+    with pytest.raises(ValueError, match=rf"built for a {MAX_EPOCHS}-epoch baseline .* this Trainer has `max_epochs`="
+                                         rf"{2 * MAX_EPOCHS}.*Resume with `max_epochs={MAX_EPOCHS}`"):
+        run(make_datamodule(synthetic_dataset, train_manifest), multigrid(), model=model, ckpt_path=str(ckpt),
+            limit_train_batches=2, max_epochs=2 * MAX_EPOCHS)
+    assert model.steps == []

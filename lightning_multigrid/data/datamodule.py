@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool, check_instance, check_int
+from lightning_multigrid._checks import check_bool, check_int, check_value, plain_value
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
 from lightning_multigrid.data.checks import (
     check_drop_last,
@@ -112,6 +112,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest_kind: ``"video"`` or ``"frames"`` when the manifests' content cannot tell;
             default ``"auto"``.
 
+    Checkpoints hold the arguments as plain values (the grouped settings as dicts, paths as
+    strings), which torch's weights-only loader reads; ``load_from_checkpoint`` passes them back, and
+    ``reader_settings``, ``eval_views`` and ``synthetic`` take such a dict of their fields too.
+
     Raises:
         ValueError: on out-of-range sizes or conflicting data arguments (naming them).
     """
@@ -149,22 +153,22 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         super().__init__()
         # Each value checks its own arguments, naming them.
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
-        check_instance("eval_views", eval_views, EvalViews, allow_none=True)
+        eval_views = check_value("eval_views", eval_views, EvalViews, allow_none=True)
         self.eval_views = EvalViews() if eval_views is None else eval_views
         self._transfer = BatchTransfer(mean, std, slowfast_alpha, strict)
         self._loaders = ServedLoaders(
             LoaderSettings(batch_size, num_workers, pin_memory, persistent_workers, drop_last, chunk_batches)
         )
         # The decoder settings, whole; the readers are built from them in `setup`.
-        check_instance("reader_settings", reader_settings, ReaderSettings, allow_none=True)
+        reader_settings = check_value("reader_settings", reader_settings, ReaderSettings, allow_none=True)
         self.reader_settings = ReaderSettings() if reader_settings is None else reader_settings
         check_bool("flip", flip, allow_none=True)
         check_manifest_kind(manifest_kind)
         check_int("decode_ahead", decode_ahead, 0)
         if decode_ahead > 2:
             raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
-        self._synthetic: SyntheticData | None = check_instance("synthetic", synthetic, SyntheticData, allow_none=True)
-        if synthetic is not None:
+        self._synthetic: SyntheticData | None = check_value("synthetic", synthetic, SyntheticData, allow_none=True)
+        if self._synthetic is not None:
             check_synthetic_alone(
                 train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,
                 root_dir=root_dir, class_names=class_names,
@@ -174,6 +178,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self.root_dir, self.class_names = root_dir, class_names
         self.flip, self.seed, self.decode_ahead, self.manifest_kind = flip, seed, decode_ahead, manifest_kind
         self.save_hyperparameters()
+        # Plain values (the grouped settings as dicts, paths as strings), which torch's weights-only
+        # loader reads, also without this package imported; `load_from_checkpoint` passes them back.
+        self.hparams.update(plain_value(dict(self.hparams)))
         if self._synthetic is not None:  # the built-in dataset's files stand in for the manifests
             self.train_manifest, self.val_manifest, self.class_names = self._synthetic.manifests(crop_size, jitter_scales)
 
@@ -411,6 +418,13 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         Left to the garbage collector, a loader's persistent workers may be shut down from inside a
         worker of the next fit (``compare`` runs two), where torch fails with a traceback.
         """
+        self._loaders.close()
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        """Stop every loader's workers and the decode-ahead thread when ``fit``, ``validate`` or ``test``
+        raises or is interrupted: Lightning calls no ``teardown`` then, and the thread would hold
+        decoded batches as long as the Trainer lives (a notebook)."""
         self._loaders.close()
 
     @override

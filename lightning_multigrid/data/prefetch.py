@@ -20,7 +20,8 @@ streams, which is how it is tested.
 
 The thread lives as long as one pass over the loader: it ends when the epoch's batches are used up,
 when the pass is abandoned (:meth:`DecodeAhead.iterate`'s iterator closed, or the loader iterated
-again) and at the DataModule's ``teardown``; none of these waits longer than the decode in flight.
+again), and at the DataModule's ``teardown`` and ``on_exception`` (a fit that raised or was
+interrupted); none of these waits longer than the decode in flight.
 
 Example::
 
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 
 from lightning_multigrid._checks import check_positive_int
+from lightning_multigrid.data.transfer import is_encoded
 
 __all__ = ["THREAD_NAME", "DecodeAhead"]
 
@@ -74,20 +76,29 @@ class DecodeAhead:
         object.__setattr__(self, "device", torch.device(self.device))
 
     def iterate(self, batches: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        """``batches`` decoded on :attr:`device`, in order; the thread stops when this iterator ends or is closed."""
-        executor = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME)
+        """``batches`` decoded on :attr:`device`, in order; the thread stops when this iterator ends or is closed.
+
+        Only JPEG batches (:func:`~lightning_multigrid.data.transfer.is_encoded`) are decoded, and the
+        thread starts at the first one; a batch the reader returned decoded passes through as it is.
+        """
+        executor: ThreadPoolExecutor | None = None  # started at the first encoded batch
         side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         pending: deque[Future[tuple[dict[str, Any], torch.cuda.Event | None]]] = deque()
         try:
             for batch in batches:  # the host batches are pulled here, in the consuming thread
-                pending.append(executor.submit(self._decode, batch, side))
+                if is_encoded(batch):
+                    executor = executor or ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME)
+                    pending.append(executor.submit(self._decode, batch, side))
+                else:  # decoded by the reader already: handed out as it is, in its turn
+                    pending.append(_done((batch, None)))
                 if len(pending) > self.depth:
                     yield self._ready(pending.popleft())
             while pending:
                 yield self._ready(pending.popleft())
         finally:
             # Abandoned, failed or done: drop what is queued, let the decode in flight finish, end the thread.
-            executor.shutdown(wait=True, cancel_futures=True)
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
 
     def _decode(self, batch: dict[str, Any], side: torch.cuda.Stream | None) -> tuple[dict[str, Any], torch.cuda.Event | None]:
         """In the background thread: decode on the side stream and mark where the work ends."""
@@ -109,6 +120,12 @@ class DecodeAhead:
             for tensor in _device_tensors(batch):
                 tensor.record_stream(stream)  # allocated on the side stream, read on this one
         return batch
+
+
+def _done(result: tuple[dict[str, Any], None]) -> Future[tuple[dict[str, Any], torch.cuda.Event | None]]:
+    future: Future[tuple[dict[str, Any], torch.cuda.Event | None]] = Future()
+    future.set_result(result)
+    return future
 
 
 def _device_tensors(batch: dict[str, Any]) -> Iterator[torch.Tensor]:

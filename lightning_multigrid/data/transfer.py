@@ -18,7 +18,7 @@ from lightning_multigrid._checks import check_bool, check_positive_int
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_batch
 from lightning_multigrid.models.pathways import slowfast_pathways
 
-__all__ = ["DEFAULT_MEAN", "DEFAULT_STD", "BatchTransfer", "normalize_video"]
+__all__ = ["DEFAULT_MEAN", "DEFAULT_STD", "BatchTransfer", "is_encoded", "normalize_video"]
 
 # Kinetics statistics as used by PySlowFast and pytorchvideo, on [0, 1] RGB.
 DEFAULT_MEAN: tuple[float, float, float] = (0.45, 0.45, 0.45)
@@ -64,7 +64,7 @@ class BatchTransfer:
         ``[slow, fast]`` list, and goes through ``convert`` (the Trainer precision's input
         conversion: bfloat16 for ``"bf16-true"``, float32 kept under mixed precision).
         """
-        if isinstance(batch.get("video"), EncodedBatch):
+        if is_encoded(batch):
             self.decode(batch, batch["label"].device)
         if "video" in batch:
             video = normalize_video(batch["video"], self.mean, self.std)
@@ -86,6 +86,15 @@ class BatchTransfer:
             batch["skipped"] = [*batch.get("skipped", ()), *decoded.skipped]
         alpha = self.slowfast_alpha
         batch["video"] = decoded.video if alpha is None else slowfast_pathways(decoded.video, alpha)
+
+
+def is_encoded(batch: Any) -> bool:
+    """Whether ``batch`` is a dict whose ``"video"`` is still JPEG clips (:class:`EncodedBatch`), to decode on the device.
+
+    What the reader returned decides, not the settings: a dataset given to the DataModule directly
+    may decode in its workers though the DataModule's ``frame_decode`` is ``"device"``.
+    """
+    return isinstance(batch, dict) and isinstance(batch.get("video"), EncodedBatch)
 
 
 def normalize_video(
