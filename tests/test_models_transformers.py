@@ -7,6 +7,7 @@ the package's own ``build_schedule``.
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,7 @@ from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.models import build_backbone, make_multigrid_compatible, preflight
 from lightning_multigrid.models.mvit import GridPositionalEncoding, MultigridMViT
 from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.preview import format_table
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -66,8 +68,11 @@ def test_tiny_swin3d_takes_every_grid_of_the_demo_schedule() -> None:
     preflight(build_backbone("tiny_swin3d", NUM_CLASSES, tiny_width=8), grids)
 
 
-def test_tiny_swin3d_fits_with_the_multigrid_callback(synthetic_dataset: SyntheticDataset, tmp_path: Path) -> None:
+def test_tiny_swin3d_fits_with_the_multigrid_callback(
+    synthetic_dataset: SyntheticDataset, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A real Trainer, real H.264 videos, the long and short cycle: every grid trains the transformer."""
+    caplog.set_level(logging.INFO)
     pl.seed_everything(0, verbose=False)
     datamodule = MultigridVideoDataModule(
         train_manifest=str(synthetic_dataset.train_manifest), val_manifest=str(synthetic_dataset.val_manifest),
@@ -81,7 +86,7 @@ def test_tiny_swin3d_fits_with_the_multigrid_callback(synthetic_dataset: Synthet
     trainer = pl.Trainer(
         max_epochs=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=1,
-        default_root_dir=tmp_path, callbacks=[MultigridCallback(precise_bn_batches=0)],
+        default_root_dir=tmp_path, callbacks=[MultigridCallback()],  # precise BN finds no BatchNorm: a no-op
     )
     trainer.fit(model, datamodule=datamodule)
 
@@ -89,6 +94,20 @@ def test_tiny_swin3d_fits_with_the_multigrid_callback(synthetic_dataset: Synthet
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
     # Coarse long-cycle grids (fewer frames) and short-cycle crops reached the model.
     assert {s[2] for s in shapes} > {8} and {s[3] for s in shapes} > {32}
+    # The fit summary says there is no BatchNorm to group instead of a grouping per stage.
+    assert "BN: the model has no BatchNorm, nothing to group (LayerNorm needs no conversion)." in caplog.text
+    assert "split" not in caplog.text.split("Multigrid schedule")[1].split("BN:")[0]
+
+
+def test_schedule_table_says_when_the_model_has_no_batchnorm() -> None:
+    schedule = config_schedule("demo.yaml")
+    rows = len(schedule.stages) + 2  # header and rule
+    with_bn = format_table(schedule).splitlines()
+    without = format_table(schedule, has_batchnorm=False).splitlines()
+    assert with_bn[2].split()[-2:] == ["8", "2-8"] and with_bn[rows] == ""  # the demo's first stage: split 8
+    assert [line.split()[-2] for line in without[2:rows]] == ["none"] * len(schedule.stages)
+    assert without[rows] == "BN: the model has no BatchNorm, nothing to group (LayerNorm needs no conversion)."
+    assert without[rows + 1:] == with_bn[rows:]  # the rest is unchanged
 
 
 # ---------------------------------------------------------------- reduced-width torchvision models
