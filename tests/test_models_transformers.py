@@ -26,7 +26,7 @@ from torchvision.models.video.mvit import MSBlockConfig
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import SyntheticDataset
-from lightning_multigrid.models import build_backbone, make_multigrid_compatible, preflight
+from lightning_multigrid.models import build_backbone, make_multigrid_compatible, preflight, weights_names
 from lightning_multigrid.models.mvit import GridPositionalEncoding, MultigridMViT
 from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.preview import format_table
@@ -171,6 +171,24 @@ def test_torchvisions_mvit_fails_off_its_grid_and_the_preflight_names_the_layer(
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
+def test_interpolated_positional_tables_are_trained_off_the_base_grid(version: str) -> None:
+    """At a coarse grid the interpolation is differentiable: one SGD step changes the tables."""
+    torch.manual_seed(0)
+    model = make_multigrid_compatible(reduced_mvit(version))
+    tables = ["pos_encoding.spatial_pos", "pos_encoding.temporal_pos"] if version == "v1" else [
+        "blocks.0.attn.rel_pos_h", "blocks.0.attn.rel_pos_w", "blocks.0.attn.rel_pos_t"]
+    before = {name: p.detach().clone() for name, p in model.named_parameters() if name in tables}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = F.cross_entropy(model(torch.randn(2, 3, 4, 64, 64)), torch.tensor([0, 1]))
+    loss.backward()
+    optimizer.step()
+    assert set(before) == set(tables)
+    for name, parameter in model.named_parameters():
+        if name in before:
+            assert not torch.equal(parameter, before[name]), name
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
 def test_multigrid_mvit_equals_torchvisions_at_its_own_grid(version: str) -> None:
     """At 16 x 224 nothing is interpolated: the converted model computes exactly what torchvision's does."""
     torch.manual_seed(0)
@@ -242,3 +260,6 @@ def test_kinetics_weights_by_name_go_through_torchvisions_enum(monkeypatch: pyte
     model = VideoClassifier(num_classes=NUM_CLASSES, backbone="mvit_v2_s", weights="KINETICS400_V1")
     assert urls == [tv_video.MViT_V2_S_Weights.KINETICS400_V1.url]
     assert isinstance(model.backbone, MultigridMViT) and model.loaded_weights is not None
+    for name in TRANSFORMERS:
+        assert "KINETICS400_V1" in weights_names(name)
+    assert weights_names("tiny_swin3d") == ()
