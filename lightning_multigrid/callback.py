@@ -19,6 +19,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
@@ -359,7 +360,10 @@ class MultigridCallback(Callback):
         pretrained = self._pretrained(pl_module) if known else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
         hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
-        table = format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint)
+        has_batchnorm = any(isinstance(module, _BatchNorm) for module in pl_module.modules())
+        table = format_table(
+            self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint, has_batchnorm=has_batchnorm
+        )
         limit = trainer.limit_train_batches
         if dataset_size is not None and (limit != 1.0 or isinstance(limit, int)):
             multigrid, baseline = limited_iterations(self.schedule, dataset_size, limit)

@@ -214,6 +214,7 @@ def format_table(
     convert_batchnorm: bool = True,
     pretrained: bool | None = None,
     size_hint: str = "give the dataset size (`dataset_size`)",
+    has_batchnorm: bool = True,
 ) -> str:
     """A readable table, one row per stage, and a summary line.
 
@@ -221,8 +222,9 @@ def format_table(
     grid, the full-grid warning of :func:`full_grid_warning` when it applies, and the regime
     (:func:`describe_regime`, given ``pretrained``). The BN column says what training does: the
     schedule's grouping, or "model's own" where the model's BatchNorm is left as it is (no long
-    cycle, or the callback's ``convert_batchnorm=False``). Without ``dataset_size``, the last line
-    says how to get those: ``size_hint``, as the caller's user gives the size.
+    cycle, or the callback's ``convert_batchnorm=False``), or "none" with a note when the model has
+    no BatchNorm (``has_batchnorm=False``: a transformer's LayerNorm needs no conversion). Without
+    ``dataset_size``, the last line says how to get those: ``size_hint``, as the caller's user gives the size.
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -230,7 +232,9 @@ def format_table(
         shape = stage.shape
         short = " ".join(f"{g.batch_size}@{g.crop_size}" for g in stage.short_cycle) or "-"
         bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
-        if not (schedule.config.options.long_cycle and convert_batchnorm):
+        if not has_batchnorm:
+            bn = dict.fromkeys(bn, "none")
+        elif not (schedule.config.options.long_cycle and convert_batchnorm):
             bn = dict.fromkeys(bn, "model's own")  # training leaves the model's BatchNorm as it is
         low, high = stage.sampling_rate
         rows.append(
@@ -245,6 +249,8 @@ def format_table(
             )
         )
     lines = table_lines(rows)
+    if not has_batchnorm:
+        lines.append("BN: the model has no BatchNorm, nothing to group (LayerNorm needs no conversion).")
     config = schedule.config
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
     if config.options.short_run is not None:
