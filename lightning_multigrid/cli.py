@@ -207,16 +207,14 @@ def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
     parser.add_argument(
         "--store-crop-size", type=int, default=None, metavar="CROP",
-        help="also pack train.store and val.store (pack-frames) for this base crop, to train from a frame store",
+        help="also pack the train and val frame stores (pack-frames) for this base crop, named as the DataModule's "
+        "`synthetic: {format: store}` looks for them (train-L<level 0>.store)",
     )
 
 
 def _run_make_synthetic(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from lightning_multigrid.data.manifests.load import load_manifest
-    from lightning_multigrid.data.synthetic import generate_synthetic_dataset
-    from lightning_multigrid.data.tools.pack import pack_frames, store_levels
+    from lightning_multigrid.data.synthetic import ensure_synthetic_stores, generate_synthetic_dataset
+    from lightning_multigrid.data.tools.pack import store_levels
 
     if args.store_crop_size is not None:  # refused before any video is written
         check_positive_int("--store-crop-size", args.store_crop_size)
@@ -242,13 +240,9 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
         "horizontal flips swap its left/right classes: train with flipping off"
     )
     if args.store_crop_size is not None:
-        for split, manifest in (("train", data.train_manifest), ("val", data.val_manifest)):
-            store = Path(args.directory) / f"{split}.store"
-            report = pack_frames(
-                load_manifest(manifest, class_names=data.class_names_file), store, crop_size=args.store_crop_size,
-                workers=args.workers, progress=False,
-            )
-            print(f"  {report.store} (frame store for crop {args.store_crop_size}, level 0 L{report.levels[0]})")
+        # Where a DataModule with `synthetic: {format: store}` and this crop looks for them.
+        for store in ensure_synthetic_stores(args.directory, args.store_crop_size, workers=args.workers):
+            print(f"  {store} (frame store for crop {args.store_crop_size})")
 
 
 def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:

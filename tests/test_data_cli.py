@@ -161,3 +161,25 @@ def test_ensure_synthetic_dataset_writes_again_for_other_settings(tmp_path: Path
     record.unlink()  # as a dataset from before the record existed
     ensure_synthetic_dataset(root, num_train=2, num_val=1, texture_cell=12)
     assert record.is_file()
+
+
+def test_make_synthetic_stores_are_the_ones_the_datamodule_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+    from lightning_multigrid.data.synthetic import SyntheticData
+
+    root = tmp_path / "synthetic"
+    main(["make-synthetic", str(root), "--num-train", "8", "--num-val", "4", "--workers", "1",
+          "--store-crop-size", "32"])
+    out = capsys.readouterr().out
+    datamodule = MultigridVideoDataModule(
+        synthetic=SyntheticData(str(root), size=(8, 4), format="store"), batch_size=2, num_frames=4, crop_size=32,
+        sampling_rate=1, num_workers=0,
+    )
+    train_store = Path(datamodule.train_manifest)
+    assert train_store.name == "train-L46.store" and f"  {train_store} (frame store for crop 32)" in out
+    headers = [train_store / "store.json", Path(datamodule.val_manifest) / "store.json"]
+    packed_at = [header.stat().st_mtime_ns for header in headers]
+    datamodule.prepare_data()
+    assert [header.stat().st_mtime_ns for header in headers] == packed_at  # found, not packed again
+    datamodule.setup("fit")
+    assert datamodule._train_dataset.manifest.format == "store" and len(datamodule._train_dataset) == 8

@@ -125,13 +125,18 @@ def synthetic_store_files(root: str | os.PathLike[str], level: int) -> tuple[str
 
 
 def ensure_synthetic_stores(
-    root: str | os.PathLike[str], crop_size: int, jitter_scales: tuple[int, int] | None = None
+    root: str | os.PathLike[str],
+    crop_size: int,
+    jitter_scales: tuple[int, int] | None = None,
+    workers: int | None = None,
 ) -> tuple[str, str]:
     """Pack the synthetic videos of ``root`` into train and val frame stores for a base crop (``pack-frames``),
-    unless stores packed since the manifests were written are there; returns their folders.
+    unless stores packed since the manifests were written are there; returns their folders
+    (:func:`synthetic_store_files`: where ``SyntheticData(format="store")`` looks for them).
 
     The manifests are written last when a dataset is (re)generated, so a store older than its
-    manifest holds the videos of an earlier dataset and is packed again.
+    manifest holds the videos of an earlier dataset and is packed again. ``workers``: packing
+    processes (default the CPU count).
     """
     from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.store.format import HEADER_FILE, packing_lock
@@ -146,7 +151,7 @@ def ensure_synthetic_stores(
             if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
                 continue
             pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size,
-                        jitter_scales=jitter_scales, progress=False)
+                        jitter_scales=jitter_scales, workers=workers, progress=False)
     return stores
 
 
