@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lightning_multigrid._checks import check_output_file, check_positive_int
+from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE
 from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
 __all__ = ["main"]
@@ -42,6 +43,15 @@ def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-frame-gaps", action="store_true",
         help="frame datasets: accept folders whose frame numbers skip (default: such a folder fails)",
     )
+    parser.add_argument(
+        "--num-frames", type=int, default=DEFAULT_NUM_FRAMES,
+        help="the base clip's frames (the DataModule's `num_frames`): videos shorter than the clip's span are "
+        f"listed, as their clips repeat the last frame ({DEFAULT_NUM_FRAMES})",
+    )
+    parser.add_argument(
+        "--sampling-rate", type=int, default=DEFAULT_SAMPLING_RATE,
+        help=f"the base clip's frame stride (the DataModule's `sampling_rate`) ({DEFAULT_SAMPLING_RATE})",
+    )
     parser.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPU count)")
     parser.add_argument(
         "--write-metadata", metavar="FILE",
@@ -64,11 +74,13 @@ def _run_check_data(args: argparse.Namespace) -> None:
 
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
     _check_workers(args.workers)
+    check_positive_int("--num-frames", args.num_frames)
+    check_positive_int("--sampling-rate", args.sampling_rate)
     if args.write_metadata:
         check_output_file("--write-metadata", args.write_metadata)
     manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = check_videos(manifest, workers=args.workers, progress=not args.no_progress, layout=layout)
-    print(format_report(report))
+    print(format_report(report, args.num_frames, args.sampling_rate))
     if args.write_metadata:
         report.metadata_cache().save(args.write_metadata)
         print(f"wrote {args.write_metadata}", file=sys.stderr)

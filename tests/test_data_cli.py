@@ -22,11 +22,35 @@ from conftest import BROKEN_KINDS, VideoFactory
 def test_check_data_on_a_good_dataset(synthetic_dataset: SyntheticDataset, capsys: pytest.CaptureFixture[str]) -> None:
     main(["check-data", str(synthetic_dataset.train_manifest), "--workers", "2", "--no-progress"])
     out = capsys.readouterr().out
-    assert "16 of 16 videos decode, 0 fail." in out
+    assert "16 of 16 video files decode, 0 fail." in out
     assert "total duration  0:00:32 (32.0 s), 2.00-2.00 s per video" in out
     assert "fps             12.00-12.00" in out
     assert "resolution      64x48 to 64x48" in out
     assert "FAILED" not in out
+
+
+def test_check_data_names_the_videos_shorter_than_a_base_clip(
+    videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lengths = (10, 14, 15, 30)
+    paths = [videos.coded(f"v{n}.mp4", num_frames=n, fps=12) for n in lengths]
+    (tmp_path / "m.csv").write_text("".join(f"{path.name} 0\n" for path in paths))
+    main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress", "--num-frames", "8",
+          "--sampling-rate", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    # 8 frames at stride 2 span (8 - 1) * 2 + 1 = 15 source frames: the 10- and 14-frame videos are shorter.
+    short = lines.index("short videos    2 of 4 have fewer frames than a base clip spans (15: 8 frames at stride 2): "
+                        "their clips repeat the last frame")
+    assert lines[short + 1:] == [f"  {paths[0]}: 10 frames", f"  {paths[1]}: 14 frames"]
+    # The DataModule's defaults: 16 frames at stride 4 span 61.
+    main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress"])
+    assert "short videos    4 of 4 have fewer frames than a base clip spans (61: 16 frames at stride 4)" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-data", str(tmp_path / "m.csv"), "--sampling-rate", "0"])
+    assert exit_info.value.code == 2
+    assert "`--sampling-rate` must be a positive integer, got 0." in capsys.readouterr().err
 
 
 def test_check_data_lists_bad_files_and_exits_1(
@@ -39,7 +63,7 @@ def test_check_data_lists_bad_files_and_exits_1(
         main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress"])
     assert exit_info.value.code == 1
     out = capsys.readouterr().out
-    assert f"1 of {1 + len(BROKEN_KINDS)} videos decode, {len(BROKEN_KINDS)} fail." in out
+    assert f"1 of {1 + len(BROKEN_KINDS)} video files decode, {len(BROKEN_KINDS)} fail." in out
     failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == len(BROKEN_KINDS)
     assert f"FAILED {tmp_path / 'missing.mp4'}: the file does not exist" in failed
