@@ -1,4 +1,4 @@
-"""MultigridCallback: the only place that talks to the Trainer.
+"""MultigridCallback: the only class that changes the Trainer's settings.
 
 It builds one schedule when fitting starts, from the DataModule's own base grid, hands it to the
 DataModule (``serve``), and then only reads Trainer state, asks the schedule and applies the answer:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lightning_multigrid._checks import check_output_file, check_positive_int
+from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE
 from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
 __all__ = ["main"]
@@ -42,6 +43,15 @@ def _add_check_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-frame-gaps", action="store_true",
         help="frame datasets: accept folders whose frame numbers skip (default: such a folder fails)",
     )
+    parser.add_argument(
+        "--num-frames", type=int, default=DEFAULT_NUM_FRAMES,
+        help="the base clip's frames (the DataModule's `num_frames`): videos shorter than the clip's span are "
+        f"listed, as their clips repeat the last frame ({DEFAULT_NUM_FRAMES})",
+    )
+    parser.add_argument(
+        "--sampling-rate", type=int, default=DEFAULT_SAMPLING_RATE,
+        help=f"the base clip's frame stride (the DataModule's `sampling_rate`) ({DEFAULT_SAMPLING_RATE})",
+    )
     parser.add_argument("--workers", type=int, default=None, help="decoding processes (default: CPU count)")
     parser.add_argument(
         "--write-metadata", metavar="FILE",
@@ -64,11 +74,13 @@ def _run_check_data(args: argparse.Namespace) -> None:
 
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
     _check_workers(args.workers)
+    check_positive_int("--num-frames", args.num_frames)
+    check_positive_int("--sampling-rate", args.sampling_rate)
     if args.write_metadata:
         check_output_file("--write-metadata", args.write_metadata)
     manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = check_videos(manifest, workers=args.workers, progress=not args.no_progress, layout=layout)
-    print(format_report(report))
+    print(format_report(report, args.num_frames, args.sampling_rate))
     if args.write_metadata:
         report.metadata_cache().save(args.write_metadata)
         print(f"wrote {args.write_metadata}", file=sys.stderr)
@@ -207,16 +219,14 @@ def _add_make_synthetic_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
     parser.add_argument(
         "--store-crop-size", type=int, default=None, metavar="CROP",
-        help="also pack train.store and val.store (pack-frames) for this base crop, to train from a frame store",
+        help="also pack the train and val frame stores (pack-frames) for this base crop, named as the DataModule's "
+        "`synthetic: {format: store}` looks for them (train-L<level 0>.store)",
     )
 
 
 def _run_make_synthetic(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from lightning_multigrid.data.manifests.load import load_manifest
-    from lightning_multigrid.data.synthetic import generate_synthetic_dataset
-    from lightning_multigrid.data.tools.pack import pack_frames, store_levels
+    from lightning_multigrid.data.synthetic import ensure_synthetic_stores, generate_synthetic_dataset
+    from lightning_multigrid.data.tools.pack import store_levels
 
     if args.store_crop_size is not None:  # refused before any video is written
         check_positive_int("--store-crop-size", args.store_crop_size)
@@ -242,13 +252,9 @@ def _run_make_synthetic(args: argparse.Namespace) -> None:
         "horizontal flips swap its left/right classes: train with flipping off"
     )
     if args.store_crop_size is not None:
-        for split, manifest in (("train", data.train_manifest), ("val", data.val_manifest)):
-            store = Path(args.directory) / f"{split}.store"
-            report = pack_frames(
-                load_manifest(manifest, class_names=data.class_names_file), store, crop_size=args.store_crop_size,
-                workers=args.workers, progress=False,
-            )
-            print(f"  {report.store} (frame store for crop {args.store_crop_size}, level 0 L{report.levels[0]})")
+        # Where a DataModule with `synthetic: {format: store}` and this crop looks for them.
+        for store in ensure_synthetic_stores(args.directory, args.store_crop_size, workers=args.workers):
+            print(f"  {store} (frame store for crop {args.store_crop_size})")
 
 
 def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:

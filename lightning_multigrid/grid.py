@@ -23,6 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 from lightning_multigrid._checks import check_instance, check_positive_int
 
 __all__ = [
+    "DEFAULT_NUM_FRAMES",
+    "DEFAULT_SAMPLING_RATE",
     "ClipSampling",
     "EvalViews",
     "FixedGrid",
@@ -31,6 +33,10 @@ __all__ = [
     "count_batches",
     "default_jitter_scales",
 ]
+
+# The DataModule's default base clip (its `num_frames`, `sampling_rate`), which `check-data` also measures videos against.
+DEFAULT_NUM_FRAMES = 16
+DEFAULT_SAMPLING_RATE = 4
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,9 @@ def test_compare_tiny_config(tmp_path):
     assert float(multigrid[4].rstrip("x")) > 0
     assert 0 <= float(baseline[top1]) <= 1 and 0 <= float(multigrid[top1]) <= 1
     assert "x fewer iterations" in result.stdout and "(chance top-1 0.250)" in result.stdout
+    # The first use of the data says so, once: a line before writing the videos and one after.
+    assert result.stderr.count(f"writing 32 synthetic videos to {tmp_path / 'synthetic'} ...") == 1
+    assert len(re.findall(r"wrote 32 synthetic videos in \d+\.\d s", result.stderr)) == 1
     # A line after each validation while it trains (the last epoch is validated).
     assert "baseline epoch 3: val/top1" in result.stdout and "multigrid epoch 4: val/top1" in result.stdout
 

@@ -22,11 +22,35 @@ from conftest import BROKEN_KINDS, VideoFactory
 def test_check_data_on_a_good_dataset(synthetic_dataset: SyntheticDataset, capsys: pytest.CaptureFixture[str]) -> None:
     main(["check-data", str(synthetic_dataset.train_manifest), "--workers", "2", "--no-progress"])
     out = capsys.readouterr().out
-    assert "16 of 16 videos decode, 0 fail." in out
+    assert "16 of 16 video files decode, 0 fail." in out
     assert "total duration  0:00:32 (32.0 s), 2.00-2.00 s per video" in out
     assert "fps             12.00-12.00" in out
     assert "resolution      64x48 to 64x48" in out
     assert "FAILED" not in out
+
+
+def test_check_data_names_the_videos_shorter_than_a_base_clip(
+    videos: VideoFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lengths = (10, 14, 15, 30)
+    paths = [videos.coded(f"v{n}.mp4", num_frames=n, fps=12) for n in lengths]
+    (tmp_path / "m.csv").write_text("".join(f"{path.name} 0\n" for path in paths))
+    main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress", "--num-frames", "8",
+          "--sampling-rate", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    # 8 frames at stride 2 span (8 - 1) * 2 + 1 = 15 source frames: the 10- and 14-frame videos are shorter.
+    short = lines.index("short videos    2 of 4 have fewer frames than a base clip spans (15: 8 frames at stride 2): "
+                        "their clips repeat the last frame")
+    assert lines[short + 1:] == [f"  {paths[0]}: 10 frames", f"  {paths[1]}: 14 frames"]
+    # The DataModule's defaults: 16 frames at stride 4 span 61.
+    main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress"])
+    assert "short videos    4 of 4 have fewer frames than a base clip spans (61: 16 frames at stride 4)" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(SystemExit) as exit_info:
+        main(["check-data", str(tmp_path / "m.csv"), "--sampling-rate", "0"])
+    assert exit_info.value.code == 2
+    assert "`--sampling-rate` must be a positive integer, got 0." in capsys.readouterr().err
 
 
 def test_check_data_lists_bad_files_and_exits_1(
@@ -39,7 +63,7 @@ def test_check_data_lists_bad_files_and_exits_1(
         main(["check-data", str(tmp_path / "m.csv"), "--workers", "1", "--no-progress"])
     assert exit_info.value.code == 1
     out = capsys.readouterr().out
-    assert f"1 of {1 + len(BROKEN_KINDS)} videos decode, {len(BROKEN_KINDS)} fail." in out
+    assert f"1 of {1 + len(BROKEN_KINDS)} video files decode, {len(BROKEN_KINDS)} fail." in out
     failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == len(BROKEN_KINDS)
     assert f"FAILED {tmp_path / 'missing.mp4'}: the file does not exist" in failed
@@ -161,3 +185,25 @@ def test_ensure_synthetic_dataset_writes_again_for_other_settings(tmp_path: Path
     record.unlink()  # as a dataset from before the record existed
     ensure_synthetic_dataset(root, num_train=2, num_val=1, texture_cell=12)
     assert record.is_file()
+
+
+def test_make_synthetic_stores_are_the_ones_the_datamodule_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+    from lightning_multigrid.data.synthetic import SyntheticData
+
+    root = tmp_path / "synthetic"
+    main(["make-synthetic", str(root), "--num-train", "8", "--num-val", "4", "--workers", "1",
+          "--store-crop-size", "32"])
+    out = capsys.readouterr().out
+    datamodule = MultigridVideoDataModule(
+        synthetic=SyntheticData(str(root), size=(8, 4), format="store"), batch_size=2, num_frames=4, crop_size=32,
+        sampling_rate=1, num_workers=0,
+    )
+    train_store = Path(datamodule.train_manifest)
+    assert train_store.name == "train-L46.store" and f"  {train_store} (frame store for crop 32)" in out
+    headers = [train_store / "store.json", Path(datamodule.val_manifest) / "store.json"]
+    packed_at = [header.stat().st_mtime_ns for header in headers]
+    datamodule.prepare_data()
+    assert [header.stat().st_mtime_ns for header in headers] == packed_at  # found, not packed again
+    datamodule.setup("fit")
+    assert datamodule._train_dataset.manifest.format == "store" and len(datamodule._train_dataset) == 8

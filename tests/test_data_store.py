@@ -176,7 +176,10 @@ def test_bad_frame_folders_are_refused_at_pack_time_as_check_data_names_them(
     # check-data on the store reports the same bad video, with the same words.
     on_store = check_videos(load_manifest(report.store), workers=1, progress=False)
     assert [(f.path, f.error) for f in on_store.failures] == [(f.path, f.error) for f in checked.failures]
-    assert "1 of 2 frame folders decode" in format_report(on_store)
+    text = format_report(on_store)  # the store's words, not those of the frame folders it was packed from
+    assert "1 of 2 videos of the packed store decode" in text and "frame folders" not in text
+    # The packed video's 12 frames are fewer than the default base clip's 61 (16 frames at stride 4).
+    assert "short videos    1 of 1 have fewer frames than a base clip spans (61: 16 frames at stride 4)" in text
 
 
 @pytest.mark.parametrize("kind", BROKEN_KINDS)

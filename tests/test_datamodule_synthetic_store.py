@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,14 @@ def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:
 def test_synthetic_settings_are_checked(tmp_path: Path, given: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         SyntheticData(str(tmp_path), **given)
+
+
+def test_the_first_use_says_what_it_writes_and_packs_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _datamodule(tmp_path, "store").prepare_data()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"writing 12 synthetic videos to {tmp_path} ..."
+    assert re.fullmatch(r"wrote 12 synthetic videos in \d+\.\d s", lines[1])
+    assert lines[2] == f"packing the synthetic videos of {tmp_path} into frame stores for crop 32 ..."
+    assert re.fullmatch(r"packed the frame stores in \d+\.\d s", lines[3]) and len(lines) == 4  # not per video
+    _datamodule(tmp_path, "store").prepare_data()
+    assert capsys.readouterr().err == ""  # there already: nothing to say

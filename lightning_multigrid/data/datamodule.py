@@ -40,7 +40,15 @@ from lightning_multigrid.data.served_loaders import ServedLoaders
 from lightning_multigrid.data.splits import SplitBuilder
 from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
-from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
+from lightning_multigrid.grid import (
+    DEFAULT_NUM_FRAMES,
+    DEFAULT_SAMPLING_RATE,
+    ClipSampling,
+    EvalViews,
+    FixedGrid,
+    GridPlan,
+    GridShape,
+)
 
 __all__ = ["MultigridVideoDataModule"]
 
@@ -130,9 +138,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         class_names: str | None = None,
         synthetic: SyntheticData | None = None,
         batch_size: int = 8,
-        num_frames: int = 16,
+        num_frames: int = DEFAULT_NUM_FRAMES,
         crop_size: int = 112,
-        sampling_rate: int = 4,
+        sampling_rate: int = DEFAULT_SAMPLING_RATE,
         jitter_scales: tuple[int, int] | None = None,
         eval_views: EvalViews | None = None,
         slowfast_alpha: int | None = None,

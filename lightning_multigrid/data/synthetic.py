@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -101,7 +103,8 @@ def synthetic_files(root: str | os.PathLike[str]) -> tuple[str, str, str]:
 def ensure_synthetic_dataset(
     root: str | os.PathLike[str], num_train: int, num_val: int, seed: int = 0, texture_cell: int | None = None
 ) -> None:
-    """Generate the synthetic dataset into ``root`` unless a complete one with these settings is there.
+    """Generate the synthetic dataset into ``root`` unless a complete one with these settings is there,
+    saying so on stderr (a line before, one with the seconds after).
 
     The generator writes the manifests last, so their presence means a complete dataset; it also
     records its settings in ``root/synthetic.json``, and a dataset written with other settings (or
@@ -115,7 +118,9 @@ def ensure_synthetic_dataset(
                 return
         except ValueError:
             pass  # a damaged record: write the dataset again
+    started = _progress(f"writing {num_train + num_val} synthetic videos to {root} ...")
     generate_synthetic_dataset(root, num_train=num_train, num_val=num_val, seed=seed, texture_cell=texture_cell)
+    _progress(f"wrote {num_train + num_val} synthetic videos in {time.perf_counter() - started:.1f} s")
 
 
 def synthetic_store_files(root: str | os.PathLike[str], level: int) -> tuple[str, str]:
@@ -125,13 +130,18 @@ def synthetic_store_files(root: str | os.PathLike[str], level: int) -> tuple[str
 
 
 def ensure_synthetic_stores(
-    root: str | os.PathLike[str], crop_size: int, jitter_scales: tuple[int, int] | None = None
+    root: str | os.PathLike[str],
+    crop_size: int,
+    jitter_scales: tuple[int, int] | None = None,
+    workers: int | None = None,
 ) -> tuple[str, str]:
     """Pack the synthetic videos of ``root`` into train and val frame stores for a base crop (``pack-frames``),
-    unless stores packed since the manifests were written are there; returns their folders.
+    unless stores packed since the manifests were written are there; returns their folders
+    (:func:`synthetic_store_files`: where ``SyntheticData(format="store")`` looks for them).
 
     The manifests are written last when a dataset is (re)generated, so a store older than its
-    manifest holds the videos of an earlier dataset and is packed again.
+    manifest holds the videos of an earlier dataset and is packed again. Packing is said on stderr (a
+    line before, one with the seconds after). ``workers``: packing processes (default the CPU count).
     """
     from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.store.format import HEADER_FILE, packing_lock
@@ -139,15 +149,28 @@ def ensure_synthetic_stores(
 
     train, val, names = synthetic_files(root)
     stores = synthetic_store_files(root, store_levels(crop_size, jitter_scales)[0])
+    started: float | None = None
     for manifest, store in zip((train, val), stores):
         # Checked holding the packing lock: a run started beside this one finds the store it packed.
         with packing_lock(store):
             header = Path(store) / HEADER_FILE
             if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
                 continue
+            if started is None:
+                started = _progress(
+                    f"packing the synthetic videos of {root} into frame stores for crop {crop_size} ..."
+                )
             pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size,
-                        jitter_scales=jitter_scales, progress=False)
+                        jitter_scales=jitter_scales, workers=workers, progress=False)
+    if started is not None:
+        _progress(f"packed the frame stores in {time.perf_counter() - started:.1f} s")
     return stores
+
+
+def _progress(line: str) -> float:
+    """Say on stderr what a first use of the dataset is doing (minutes on few cores); returns the time now."""
+    print(line, file=sys.stderr, flush=True)
+    return time.perf_counter()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ but not after a seek fails here, not in training. Rotated and anamorphic videos 
 how they are read (upright, square pixels; sizes are the displayed ones). Frame datasets (a folder
 of JPEG frames per video) get every frame decoded: missing folders and frames, empty folders,
 damaged, EXIF-oriented and non-JPEG frames are reported by path. A packed frame store reports the
-videos ``pack-frames`` left out and decodes every packed frame again.
+videos ``pack-frames`` left out and decodes every packed frame again. Videos shorter than a base
+clip's span (``num_frames`` at ``sampling_rate``) are counted and named: training reads all they
+have and repeats their last frame.
 
 Example::
 
@@ -24,9 +26,9 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.clip_params import ClipParams, span_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import check_frame_folder
@@ -36,6 +38,7 @@ from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
 from lightning_multigrid.data.store.format import HEADER_FILE, store_failures
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.processes import map_in_processes
+from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE
 
 __all__ = [
     "CheckReport",
@@ -50,8 +53,10 @@ __all__ = [
 
 # Clips read after the full decode, as training reads them (evenly spread, the last frames included).
 CHECKED_CLIPS = 9
-# Videos named in the report's geometry notes (the rest are counted).
-_GEOMETRY_NOTES = 5
+# Videos named in the report's geometry and short-video notes (the rest are counted).
+_NAMED_VIDEOS = 5
+# What the summary calls the checked items, by manifest format.
+_ITEMS = {"video": "video files", "frames": "frame folders", "store": "videos of the packed store"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +68,19 @@ class VideoCheck:
     error: str | None = None
     folder: FrameFolder | None = None  # frame datasets
 
+    @property
+    def num_frames(self) -> int | None:
+        """The frames of a readable video (its metadata's or its folder's); ``None`` for a failure."""
+        found = self.metadata or self.folder
+        return None if found is None else found.num_frames
+
 
 @dataclass(frozen=True, slots=True)
 class CheckReport:
-    """Every video's outcome, in manifest order."""
+    """Every video's outcome, in manifest order, and what the manifest lists (``format``)."""
 
     results: tuple[VideoCheck, ...]
+    format: Literal["video", "frames", "store"] = "video"
 
     @property
     def failures(self) -> tuple[VideoCheck, ...]:
@@ -196,25 +208,31 @@ def check_videos(
         for result in map_in_processes(check, items, workers, chunksize=None):
             results.append(result)
             bar.update()
-    return CheckReport(tuple(results))
+    return CheckReport(tuple(results), manifest.format if isinstance(manifest, Manifest) else "video")
 
 
-def format_report(report: CheckReport) -> str:
-    """Failures (one line each: path and reason), then a summary of the readable videos."""
+def format_report(
+    report: CheckReport, num_frames: int = DEFAULT_NUM_FRAMES, sampling_rate: int = DEFAULT_SAMPLING_RATE
+) -> str:
+    """Failures (one line each: path and reason), then a summary of the readable videos, and the videos
+    shorter than the base clip's span (:func:`~lightning_multigrid.data.clip_params.span_frames` of
+    ``num_frames`` at stride ``sampling_rate``, the DataModule's arguments): their clips repeat the
+    last frame."""
     lines = [f"FAILED {r.path}: {r.error}" for r in report.failures]
     good = [r.metadata for r in report.results if r.metadata is not None]
     folders = [r.folder for r in report.results if r.folder is not None]
     total = len(report.results)
     if folders:
-        lines.append(f"{len(folders)} of {total} frame folders decode, {total - len(folders)} fail.")
+        lines.append(f"{len(folders)} of {total} {_ITEMS[report.format]} decode, {total - len(folders)} fail.")
         by_size = sorted(folders, key=lambda f: (f.width * f.height, f.width))
         lines += [
             f"frames          {sum(f.num_frames for f in folders)} in all, "
             f"{min(f.num_frames for f in folders)}-{max(f.num_frames for f in folders)} per video",
             f"resolution      {by_size[0].width}x{by_size[0].height} to {by_size[-1].width}x{by_size[-1].height}",
         ]
+        lines += _short_notes(report, num_frames, sampling_rate)
         return "\n".join(lines)
-    lines.append(f"{len(good)} of {total} videos decode, {total - len(good)} fail.")
+    lines.append(f"{len(good)} of {total} {_ITEMS[report.format]} decode, {total - len(good)} fail.")
     if good:
         seconds = sum(m.duration for m in good)
         hours, rest = divmod(round(seconds), 3600)
@@ -229,7 +247,25 @@ def format_report(report: CheckReport) -> str:
             f"short side {min(min(m.width, m.height) for m in good)}-{max(min(m.width, m.height) for m in good)} px",
         ]
         lines += _geometry_notes(report)
+        lines += _short_notes(report, num_frames, sampling_rate)
     return "\n".join(lines)
+
+
+def _short_notes(report: CheckReport, num_frames: int, sampling_rate: int) -> list[str]:
+    """Videos shorter than a base clip's span: counted, the first few named, with what training does."""
+    span = span_frames(num_frames, sampling_rate)
+    lengths = [(r.path, r.num_frames) for r in report.results if r.num_frames is not None]
+    short = [(path, frames) for path, frames in lengths if frames < span]
+    if not short:
+        return []
+    lines = [
+        f"short videos    {len(short)} of {len(lengths)} have fewer frames than a base clip spans ({span}: "
+        f"{num_frames} frames at stride {sampling_rate}): their clips repeat the last frame"
+    ]
+    lines += [f"  {path}: {frames} frames" for path, frames in short[:_NAMED_VIDEOS]]
+    if len(short) > _NAMED_VIDEOS:
+        lines.append(f"  ... and {len(short) - _NAMED_VIDEOS} more")
+    return lines
 
 
 def _geometry_notes(report: CheckReport) -> list[str]:
@@ -243,7 +279,7 @@ def _geometry_notes(report: CheckReport) -> list[str]:
         f"geometry        {rotated} rotated, {anamorphic} anamorphic: read as players show them (upright, square "
         "pixels); sizes above are the displayed ones"
     ]
-    lines += [f"  {path}: {m.geometry()}, read as {m.width}x{m.height}" for path, m in shaped[:_GEOMETRY_NOTES]]
-    if len(shaped) > _GEOMETRY_NOTES:
-        lines.append(f"  ... and {len(shaped) - _GEOMETRY_NOTES} more")
+    lines += [f"  {path}: {m.geometry()}, read as {m.width}x{m.height}" for path, m in shaped[:_NAMED_VIDEOS]]
+    if len(shaped) > _NAMED_VIDEOS:
+        lines.append(f"  ... and {len(shaped) - _NAMED_VIDEOS} more")
     return lines
