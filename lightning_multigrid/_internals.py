@@ -17,7 +17,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
 if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
-    import pytorch_lightning as pl
+    from lightning_multigrid._lightning import pl
 
 __all__ = [
     "drop_train_loader", "ensure_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step",

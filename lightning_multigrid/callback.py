@@ -15,13 +15,11 @@ import math
 import warnings
 from typing import Any
 
-import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import drop_train_loader, ensure_train_loader, setting_owner
+from lightning_multigrid._lightning import Callback, pl, rank_zero_info, rank_zero_warn
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,

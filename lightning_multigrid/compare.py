@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytorch_lightning as pl
 from typing_extensions import override
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 
 __all__ = ["Comparison", "RunResult", "TrainingClock", "format_comparison", "plot_curves", "run_compare"]

@@ -13,18 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 from test_callback_settings import IndexRecordingNet
 from torch.utils.data import DataLoader
 
 from lightning_multigrid import ClipSampling, EpochShardSampler, GridShape, ShortCycleBatchSampler
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.dataset import TrainVideoDataset
 
 from test_callback import BASE, MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
+
+ModelCheckpoint = pl.callbacks.ModelCheckpoint
 
 KEYS = ("epoch", "batch_idx", "shape", "index", "lr", "bn")
 
