@@ -11,7 +11,9 @@ chosen once per process when this module is first imported:
 3. otherwise the one installed; with both installed, ``pytorch_lightning``: its users' imports sort
    after ``lightning_multigrid`` and so come too late for rule 2, while ``lightning`` sorts before it.
 
-:func:`check_trainer` turns a Trainer of the other package into an error that names this choice and the fix.
+The callback works with a Trainer of either package (Lightning calls a callback's hooks whatever its
+class, and it reads the Trainer through attributes both share); the DataModule, ``VideoClassifier``
+and the plugins work only with the chosen package's Trainer.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "ENV_VAR", "PACKAGE", "RANK_ZERO_LOGGERS", "Callback", "LayerSync", "LightningCLI", "MisconfigurationException",
-    "TorchSyncBatchNorm", "check_trainer", "choose_package", "pl", "rank_zero_info", "rank_zero_warn", "submodule",
+    "TorchSyncBatchNorm", "choose_package", "pl", "rank_zero_info", "rank_zero_warn", "submodule",
 ]
 
 ENV_VAR = "LIGHTNING_MULTIGRID_PACKAGE"
@@ -99,19 +101,3 @@ def __getattr__(name: str) -> Any:
         return submodule("cli").LightningCLI
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def check_trainer(trainer: Any, user: str) -> None:
-    """Refuse a Trainer of the other Lightning package, naming the fix.
-
-    Raises:
-        TypeError: ``trainer`` is not a ``Trainer`` of the package chosen for this process.
-    """
-    if isinstance(trainer, pl.Trainer):
-        return
-    other = "pytorch_lightning" if PACKAGE == "lightning" else "lightning"
-    raise TypeError(
-        f"{user} was given a `{type(trainer).__module__}.{type(trainer).__name__}`, but lightning_multigrid "
-        f"uses `{_TRAINER_MODULE[PACKAGE]}` in this process (both Lightning packages are installed, and its "
-        f"classes work only with a Trainer of their own package). Import `{other}` before lightning_multigrid, "
-        f"or set the environment variable {ENV_VAR}={other}."
-    )

@@ -8,6 +8,7 @@ command line, with the other package importable and not.
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from lightning_multigrid import _lightning
 from lightning_multigrid._lightning import ENV_VAR, choose_package, pl
 
 SCRIPT = Path(__file__).with_name("lightning_package_fit.py")
@@ -47,12 +47,6 @@ def test_another_value_of_the_variable_is_refused():
         choose_package({ENV_VAR: "lightning.pytorch"}, set())
 
 
-def test_a_trainer_of_the_other_package_is_refused_with_the_fix():
-    _lightning.check_trainer(pl.Trainer(logger=False), "MultigridCallback")
-    with pytest.raises(TypeError, match=rf"uses `{pl.__name__}` in this process.*{ENV_VAR}="):
-        _lightning.check_trainer(object(), "MultigridCallback")
-
-
 def _fit(package: str, only: bool, synthetic_dataset, tmp_path: Path) -> dict[str, object]:
     data = synthetic_dataset
     args = [package, "1" if only else "0", str(data.root), str(data.train_manifest), str(data.val_manifest), str(tmp_path)]
@@ -81,3 +75,66 @@ def test_a_users_trainer_of_either_package_fits(package, only, synthetic_dataset
     if only:
         assert outcome["loaded"] == [package]
     assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").exists()  # the command line's run
+
+
+@pytest.mark.skipif(len(INSTALLED) < 2, reason="needs both Lightning packages (.ci/run installs both)")
+def test_the_callback_works_with_a_trainer_of_the_other_package(synthetic_dataset):
+    # A user of the other package, with their own LightningModule and DataModule (which keeps ours
+    # inside): Lightning calls a callback's hooks whatever its class, and the callback reads the
+    # Trainer only through attributes both packages share.
+    import torch
+    from torch import nn
+
+    from lightning_multigrid import MultigridCallback, MultigridVideoDataModule
+
+    other = importlib.import_module("pytorch_lightning" if pl.__name__ == "lightning.pytorch" else "lightning.pytorch")
+    data = synthetic_dataset
+    inner = MultigridVideoDataModule(
+        train_manifest=str(data.train_manifest), val_manifest=str(data.val_manifest), root_dir=str(data.root),
+        batch_size=2, num_frames=4, crop_size=32, sampling_rate=2, num_workers=0,
+    )
+
+    class UsersData(other.LightningDataModule):
+        base_shape = property(lambda self: inner.base_shape)
+        clip_sampling = property(lambda self: inner.clip_sampling)
+
+        def serve(self, plan):
+            inner.serve(plan)
+
+        def setup(self, stage):
+            inner.setup(stage)
+
+        def train_dataloader(self):
+            return inner.train_dataloader()
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            return inner.on_after_batch_transfer(batch, dataloader_idx)
+
+    class UsersNet(other.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(
+                nn.Conv3d(3, 4, 3, padding=1), nn.BatchNorm3d(4), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(4, 4)
+            )
+            self.shapes = []
+
+        def forward(self, video):
+            return self.net(video)
+
+        def training_step(self, batch, batch_idx):
+            self.shapes.append(tuple(batch["video"].shape))
+            return nn.functional.cross_entropy(self(batch["video"]), batch["label"])
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return [optimizer], [torch.optim.lr_scheduler.MultiStepLR(optimizer, [1])]
+
+    callback = MultigridCallback(precise_bn_batches=0)
+    assert not isinstance(callback, other.Callback)
+    model = UsersNet()
+    trainer = other.Trainer(
+        max_epochs=2, callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
+    trainer.fit(model, datamodule=UsersData())
+    assert callback.schedule is not None and trainer.current_epoch == callback.schedule.max_epochs
+    assert len({shape[2:] for shape in model.shapes}) > 1  # the grids changed: the schedule was served
