@@ -28,6 +28,7 @@ from lightning_multigrid._lightning import RANK_ZERO_LOGGERS, LightningCLI, Misc
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.renamed_options import renamed_hint
 
 __all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "build_cli", "check_fit_starts", "default_loggers", "quiet_lightning", "run"]
 
@@ -60,6 +61,17 @@ class MultigridCLI(LightningCLI):
     def __init__(self, *args: Any, log_name: str = "lightning_logs", **kwargs: Any) -> None:
         self.log_name = log_name  # read while LightningCLI.__init__ builds the Trainer
         super().__init__(*args, **kwargs)
+
+    def init_parser(self, **kwargs: Any) -> Any:
+        """LightningCLI's parser, whose errors name the new key of a previous release's option."""
+        parser = super().init_parser(**kwargs)
+        error = parser.error
+
+        def error_with_renamed_keys(message: str, *args: Any, **kwargs: Any) -> Any:
+            return error(message + renamed_hint(message), *args, **kwargs)
+
+        parser.error = error_with_renamed_keys
+        return parser
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")

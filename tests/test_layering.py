@@ -44,7 +44,7 @@ PURE = {
     PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
     f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
     f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
-    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy",
+    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options",
 }
 # The schedule's modules: the options and config, a stage, the two builders, the schedule value.
 SCHEDULE_MODULES = {
