@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset
@@ -85,6 +85,35 @@ def test_torchvision_is_the_fallback_and_gives_the_same_clips(
         fallback = decode_clips(clips, "cpu")
     assert fallback.shape == (4, 3, 8, 56, 56)
     assert torch.equal(fallback, default)
+
+
+def exif_rotated_jpeg() -> tuple[torch.Tensor, np.ndarray]:
+    """A 60x40 JPEG whose EXIF orientation tag (6) says: rotate 90 degrees clockwise to view; and its upright pixels."""
+    image = np.zeros((40, 60, 3), dtype=np.uint8)
+    image[:10, :20] = 255  # a white corner, top left as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "JPEG", quality=95, exif=exif.tobytes())
+    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))))  # PIL: the viewer's pixels
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8), upright
+
+
+@pytest.mark.parametrize("library", ["torchcodec", "torchvision"])
+def test_an_exif_tagged_frame_is_turned_upright_by_either_decoder(
+    library: str, monkeypatch: pytest.MonkeyPatch, fresh_decoder: None
+) -> None:
+    if library == "torchvision":
+        hide_torchcodec(monkeypatch)
+    elif not torchcodec_loads:
+        pytest.skip("torchcodec does not load here")
+    data, upright = exif_rotated_jpeg()
+    assert jpeg_decoder() == library
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        (decoded,) = decode_jpegs([data], "cpu")
+    assert decoded.shape == (3, 60, 40)  # turned: 60 high, 40 wide
+    assert (decoded.permute(1, 2, 0).float() - torch.from_numpy(upright).float()).abs().mean() < 2
 
 
 # ---------------------------------------------------------------------------- the batched crop-resize-flip

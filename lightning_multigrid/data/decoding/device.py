@@ -271,7 +271,8 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[t
         device: where the pixels go (and where they are decoded).
 
     Returns:
-        uint8 tensors ``(3, H, W)`` on ``device``, one per file.
+        uint8 tensors ``(3, H, W)`` on ``device``, one per file, turned upright by the file's EXIF
+        orientation tag where it has one (with torchcodec and with torchvision alike).
     """
     return _decoder()[1](data, torch.device(device))
 
@@ -304,7 +305,8 @@ def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[
     with warnings.catch_warnings():
         # torchvision 0.29 deprecates its image decoding; this is the fallback without torchcodec.
         warnings.filterwarnings("ignore", message=".*image decoding and encoding capabilities of TorchVision")
-        return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+        # Rotated by an EXIF orientation tag, as torchcodec's decoder does: the same pixels either way.
+        return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device, apply_exif_orientation=True))
 
 
 def resize_crop_flip_per_clip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:
