@@ -95,7 +95,7 @@ def exif_rotated_jpeg() -> tuple[torch.Tensor, np.ndarray]:
     exif[0x0112] = 6
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, "JPEG", quality=95, exif=exif.tobytes())
-    upright = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))))  # PIL: the viewer's pixels
+    upright = np.array(ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))))  # PIL: the viewer's pixels
     return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8), upright
 
 
