@@ -68,7 +68,7 @@ def test_a_users_trainer_of_either_package_fits(package, only, synthetic_dataset
     # would be pytorch_lightning, so this case shows the user's import decides.
     needed = {package} if only else {"lightning", "pytorch_lightning"}
     if not needed <= INSTALLED:
-        pytest.skip(f"needs {sorted(needed - INSTALLED)} installed (.ci/run installs both)")
+        pytest.skip(f"needs {sorted(needed - INSTALLED)} installed (lightning >= 2.6 installs both)")
     outcome = _fit(package, only, synthetic_dataset, tmp_path)
     assert outcome["chosen"] == package
     assert outcome["steps"] == 9  # 2 baseline epochs of 8 clips at batch 2 -> 3 multigrid epochs, 9 steps
@@ -77,7 +77,7 @@ def test_a_users_trainer_of_either_package_fits(package, only, synthetic_dataset
     assert (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").exists()  # the command line's run
 
 
-@pytest.mark.skipif(len(INSTALLED) < 2, reason="needs both Lightning packages (.ci/run installs both)")
+@pytest.mark.skipif(len(INSTALLED) < 2, reason="needs both Lightning packages (lightning >= 2.6 installs both)")
 def test_the_callback_works_with_a_trainer_of_the_other_package(synthetic_dataset):
     # A user of the other package, with their own LightningModule and DataModule (which keeps ours
     # inside): Lightning calls a callback's hooks whatever its class, and the callback reads the
