@@ -99,9 +99,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.compare import TrainingClock
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule

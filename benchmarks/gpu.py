@@ -626,8 +626,7 @@ def fsdp_fit(setup: Setup, data: dict[str, Any]) -> dict[str, Any]:
     """A short multigrid fit under Lightning's FSDP on one device: MultigridBatchNorm inside FSDP."""
     if setup.device != "cuda":
         return {"skipped": "Lightning refuses FSDP without CUDA"}
-    import pytorch_lightning as pl
-
+    from lightning_multigrid._lightning import pl
     from lightning_multigrid.callback import MultigridCallback
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 

@@ -39,13 +39,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_limit
+from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.config import MultigridConfig, MultigridOptions

@@ -51,9 +51,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset

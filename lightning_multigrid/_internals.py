@@ -17,7 +17,7 @@ import torch
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
 if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
-    import pytorch_lightning as pl
+    from lightning_multigrid._lightning import pl
 
 __all__ = [
     "drop_train_loader", "ensure_train_loader", "finish_epoch_saved_at_its_last_batch", "is_logging_step",
@@ -181,11 +181,11 @@ def max_epochs_filled_in(trainer: pl.Trainer) -> bool:
     record of what was given, so this repeats its rule (``loops.utilities._parse_loop_limits``): a
     1000 under that rule reads as not given. -1 is no epoch limit, given or not.
     """
-    from pytorch_lightning.callbacks import Timer
+    from lightning_multigrid._lightning import pl  # at call time: this module is below the Lightning layer
 
     return (
         trainer.max_epochs == LIGHTNING_DEFAULT_MAX_EPOCHS and trainer.max_steps == -1
-        and not any(isinstance(callback, Timer) for callback in trainer.callbacks)
+        and not any(isinstance(callback, pl.callbacks.Timer) for callback in trainer.callbacks)
     )
 
 

@@ -16,9 +16,6 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
@@ -30,6 +27,7 @@ from lightning_multigrid._internals import (
     setting_owner,
     watch_train_fetches,
 )
+from lightning_multigrid._lightning import Callback, pl, rank_zero_info, rank_zero_warn
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
 from typing_extensions import override
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 
 if TYPE_CHECKING:

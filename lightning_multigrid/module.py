@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -37,6 +36,7 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_number, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.models import (
     BACKBONES,

@@ -18,13 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pytorch_lightning as pl
-from pytorch_lightning.plugins import LayerSync
-from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
 from torch import nn
 from typing_extensions import override
 
 from lightning_multigrid._internals import layer_sync_of
+from lightning_multigrid._lightning import LayerSync, TorchSyncBatchNorm, pl
 from lightning_multigrid.norm import convert_batchnorm, revert_batchnorm
 
 __all__ = ["MultigridBatchNormSync", "check_no_torch_sync_batchnorm"]

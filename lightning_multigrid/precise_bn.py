@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.norm import apply_bn_plan
 from lightning_multigrid.stages import BNPlan
 

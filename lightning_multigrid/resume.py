@@ -29,7 +29,7 @@ from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 
 if TYPE_CHECKING:
-    import pytorch_lightning as pl
+    from lightning_multigrid._lightning import pl
 
 __all__ = ["check_same_base", "check_same_length", "resume_iteration", "start_resumed_fit"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytorch_lightning as pl
 import torch.distributed as dist
 
 from lightning_multigrid._internals import is_logging_step, logger_step
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.contracts import SkipCountingDataModule
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.meter import DataWaitMeter

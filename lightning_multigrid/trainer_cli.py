@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 import sys
 import time
 import warnings
@@ -23,13 +24,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
-from pytorch_lightning.cli import LightningCLI
-from pytorch_lightning.loggers import CSVLogger, Logger, TensorBoardLogger
-
+from lightning_multigrid._lightning import RANK_ZERO_LOGGERS, LightningCLI, MisconfigurationException, pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.renamed_options import renamed_hint
 
 __all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "build_cli", "check_fit_starts", "default_loggers", "quiet_lightning", "run"]
 
@@ -38,16 +37,16 @@ __all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "build_cli", "check_fit_starts", 
 DEFAULT_ROOT_DIR = "runs"
 
 
-def default_loggers(save_dir: str | Path, name: str = "lightning_logs") -> list[Logger]:
+def default_loggers(save_dir: str | Path, name: str = "lightning_logs") -> list[pl.loggers.Logger]:
     """A CSV logger in ``save_dir/name/version_N``, and TensorBoard into the same folder when installed.
 
     Both share the version, so a run's metrics, ``hparams.yaml`` and ``config.yaml`` sit in one
     folder; ``trainer.log_dir`` is that folder (the first logger's).
     """
-    csv = CSVLogger(save_dir, name=name)
-    loggers: list[Logger] = [csv]
+    csv = pl.loggers.CSVLogger(save_dir, name=name)
+    loggers: list[pl.loggers.Logger] = [csv]
     if importlib.util.find_spec("tensorboard") is not None or importlib.util.find_spec("tensorboardX") is not None:
-        loggers.append(TensorBoardLogger(save_dir, name=name, version=csv.version, default_hp_metric=False))
+        loggers.append(pl.loggers.TensorBoardLogger(save_dir, name=name, version=csv.version, default_hp_metric=False))
     return loggers
 
 
@@ -62,6 +61,17 @@ class MultigridCLI(LightningCLI):
     def __init__(self, *args: Any, log_name: str = "lightning_logs", **kwargs: Any) -> None:
         self.log_name = log_name  # read while LightningCLI.__init__ builds the Trainer
         super().__init__(*args, **kwargs)
+
+    def init_parser(self, **kwargs: Any) -> Any:
+        """LightningCLI's parser, whose errors name the new key of a previous release's option."""
+        parser = super().init_parser(**kwargs)
+        error = parser.error
+
+        def error_with_renamed_keys(message: str, *args: Any, **kwargs: Any) -> Any:
+            return error(message + renamed_hint(message), *args, **kwargs)
+
+        parser.error = error_with_renamed_keys
+        return parser
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")
@@ -125,8 +135,6 @@ class _DropLightningTips(logging.Filter):
         return not str(record.msg).startswith("💡 Tip:")
 
 
-# Lightning's rank-zero messages go through one of these, whichever Lightning package was imported last.
-_RANK_ZERO_LOGGERS = ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero")
 
 
 @contextmanager
@@ -138,13 +146,13 @@ def quiet_lightning() -> Iterator[None]:
     Lightning's cloud logging products. Only these two: every other warning and message stays.
     """
     tips = _DropLightningTips()
-    loggers = [logging.getLogger(name) for name in _RANK_ZERO_LOGGERS]
+    loggers = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
     for logger in loggers:
         logger.addFilter(tips)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings(
-                "ignore", message=r".*isinstance\(treespec, LeafSpec\)", module=r"pytorch_lightning\.utilities\._pytree"
+                "ignore", message=r".*isinstance\(treespec, LeafSpec\)", module=re.escape(pl.__name__) + r"\.utilities\._pytree"
             )
             yield
     finally:
@@ -172,8 +180,6 @@ def check_fit_starts(args: Sequence[str], prepare: Callable[[MultigridCLI], None
     Raises:
         ValueError: with what the run would have failed with.
     """
-    from lightning_fabric.utilities.exceptions import MisconfigurationException
-
     cli: MultigridCLI | None = None
     logging.disable(logging.INFO)  # the real run prints the schedule and the Trainer's notes
     try:

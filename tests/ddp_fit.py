@@ -24,19 +24,20 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 
 # The package of this checkout (beside tests/), not the installed one: the script runs from a
 # temporary directory, where the import would find whichever copy is installed.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from lightning_multigrid._lightning import pl  # noqa: E402
 from lightning_multigrid.callback import MultigridCallback  # noqa: E402
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule  # noqa: E402
 from lightning_multigrid.norm import MultigridBatchNorm  # noqa: E402
+
+DDPStrategy = pl.strategies.DDPStrategy
 
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)
 MAX_EPOCHS, MILESTONES, BN_BASE_SIZE = 4, [2], 2

@@ -20,17 +20,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 import torch.distributed as dist
-from pytorch_lightning.strategies import DDPStrategy
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's package
 
 from lightning_multigrid._internals import is_logging_step  # noqa: E402
+from lightning_multigrid._lightning import pl  # noqa: E402
 from lightning_multigrid.callback import MultigridCallback  # noqa: E402
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule  # noqa: E402
+
+DDPStrategy = pl.strategies.DDPStrategy
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "broadcast", "broadcast_object_list",

@@ -5,14 +5,15 @@ that follows. A real ``Tuner`` on the tiny 3D CNN and real H.264 videos."""
 from __future__ import annotations
 
 import pytest
-import pytorch_lightning as pl
-from pytorch_lightning.tuner import Tuner
 from test_callback_settings import IndexRecordingNet
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 
 from test_callback import make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
+
+Tuner = pl.tuner.Tuner
 
 
 def test_tuner_scales_the_base_batch_then_multigrid_fits_on_it(synthetic_dataset, train_manifest, tmp_path):

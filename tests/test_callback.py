@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR, MultiStepLR, OneCycleLR, ReduceLROnPlateau
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.config import ShortRun
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule

@@ -8,10 +8,10 @@ import warnings
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, ShortRun
 from lightning_multigrid.data.clip_params import ClipRequest

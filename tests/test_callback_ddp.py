@@ -213,8 +213,7 @@ def test_sync_batchnorm_trains_under_bf16_mixed_precision(bf16_ranks):
 def test_resume_on_one_device_replans_batchnorm(ranks, ddp_fit_dir, synthetic_dataset):
     # A 2-device checkpoint resumed on 1 device keeps the epochs but plans BatchNorm for 1 device
     # (the 2-device plan syncs over 2 ranks that no longer exist).
-    import pytorch_lightning as pl
-
+    from lightning_multigrid._lightning import pl
     from lightning_multigrid.callback import MultigridCallback
     from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, SequentialSampler
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler

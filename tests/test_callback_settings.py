@@ -11,17 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import BackboneFinetuning, ModelCheckpoint
 from torch import nn
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.norm import MultigridBatchNorm
 
 from test_callback import BASE_LR, MAX_EPOCHS, MILESTONES, RecordingNet, StopAfter, fit, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
+
+BackboneFinetuning = pl.callbacks.BackboneFinetuning
+ModelCheckpoint = pl.callbacks.ModelCheckpoint
 
 CLIPS = 32  # the train manifest lists the 16 videos twice; baseline batch 1 -> 32 batches/epoch
 

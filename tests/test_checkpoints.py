@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 
 from lightning_multigrid import EvalViews, MultigridCallback, MultigridVideoDataModule, VideoClassifier
 from lightning_multigrid._checks import check_value, plain_value
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.config import MultigridOptions, ShortRun
 from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
@@ -28,7 +27,7 @@ BASE: dict[str, Any] = dict(batch_size=2, num_frames=4, crop_size=32, sampling_r
 
 def trainer(tmp_path: Path | None = None) -> pl.Trainer:
     """Saves `tmp_path/ckpt/last.ckpt` when given ``tmp_path``."""
-    saving = [ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)] if tmp_path is not None else []
+    saving = [pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)] if tmp_path is not None else []
     return pl.Trainer(
         max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, limit_train_batches=2, limit_val_batches=1, enable_checkpointing=bool(saving),

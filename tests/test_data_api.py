@@ -57,6 +57,7 @@ PUBLIC = [
 HEAVY = (
     "av",
     "pytorch_lightning",
+    "lightning",
     "lightning_multigrid.data.synthetic",
     "lightning_multigrid.data.tools",
     "lightning_multigrid.data.decoding.video",

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset

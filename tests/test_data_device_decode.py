@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset
@@ -87,37 +87,74 @@ def test_torchvision_is_the_fallback_and_gives_the_same_clips(
     assert torch.equal(fallback, default)
 
 
+def exif_rotated_jpeg() -> tuple[torch.Tensor, np.ndarray]:
+    """A 60x40 JPEG whose EXIF orientation tag (6) says: rotate 90 degrees clockwise to view; and its upright pixels."""
+    image = np.zeros((40, 60, 3), dtype=np.uint8)
+    image[:10, :20] = 255  # a white corner, top left as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "JPEG", quality=95, exif=exif.tobytes())
+    upright = np.array(ImageOps.exif_transpose(Image.open(io.BytesIO(buffer.getvalue()))))  # PIL: the viewer's pixels
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8), upright
+
+
+@pytest.mark.parametrize("library", ["torchcodec", "torchvision"])
+def test_an_exif_tagged_frame_is_turned_upright_by_either_decoder(
+    library: str, monkeypatch: pytest.MonkeyPatch, fresh_decoder: None
+) -> None:
+    if library == "torchvision":
+        hide_torchcodec(monkeypatch)
+    elif not torchcodec_loads:
+        pytest.skip("torchcodec does not load here")
+    data, upright = exif_rotated_jpeg()
+    assert jpeg_decoder() == library
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        (decoded,) = decode_jpegs([data], "cpu")
+    assert decoded.shape == (3, 60, 40)  # turned: 60 high, 40 wide
+    assert (decoded.permute(1, 2, 0).float() - torch.from_numpy(upright).float()).abs().mean() < 2
+
+
 # ---------------------------------------------------------------------------- the batched crop-resize-flip
 
 
-def textured_folders(tmp_path: Path, frames: FrameFactory, sizes: list[tuple[int, int]]) -> Path:
-    """Frame folders of mixed sizes with fine texture (camera-like detail, where resampling filters differ)."""
+def textured_folders(tmp_path: Path, sizes: list[tuple[int, int]]) -> Path:
+    """Frame folders of mixed sizes with fine texture (camera-like detail, where resampling filters
+    differ), stored as JPEG with 4:2:2 chroma, as cameras and many extracted datasets write them."""
+    from PIL import Image
+
     rng = np.random.default_rng(0)
     for i, (width, height) in enumerate(sizes):
         checker = ((np.arange(width) // 3 + np.arange(height)[:, None] // 3) % 2)[..., None]
-        textured = [
-            np.clip(frame + rng.normal(0, 25, frame.shape) * checker, 0, 255).astype(np.uint8)
-            for frame in FrameFactory.smooth_frames(10, width, height, seed=i)
-        ]
-        frames.write(f"t{i}", textured, quality=90)
+        folder = tmp_path / f"t{i}"
+        folder.mkdir()
+        for k, frame in enumerate(FrameFactory.smooth_frames(10, width, height, seed=i)):
+            textured = np.clip(frame + rng.normal(0, 25, frame.shape) * checker, 0, 255).astype(np.uint8)
+            Image.fromarray(textured).save(folder / f"img_{k + 1:05d}.jpg", quality=90, subsampling=1)
     manifest = tmp_path / "textured.txt"
     manifest.write_text("".join(f"t{i} {i}\n" for i in range(len(sizes))))
     return manifest
 
 
-@pytest.mark.parametrize(("crop", "scales"), [(112, (128, 160)), (56, (64, 160)), (28, (30, 40))])
+@pytest.mark.parametrize(
+    ("crop", "scales", "sizes"),
+    [
+        (112, (128, 160), [(212, 160), (160, 212), (340, 256)]),  # mixed aspect ratios and sizes in one batch
+        (56, (64, 160), [(212, 160), (160, 212), (340, 256)]),
+        (32, (36, 46), [(640, 480), (480, 640), (340, 256)]),  # shrunk 7-14x: where box filters differ most
+    ],
+)
 def test_batched_crop_resize_matches_the_per_clip_resize(
-    tmp_path: Path, frames: FrameFactory, crop: int, scales: tuple[int, int]
+    tmp_path: Path, crop: int, scales: tuple[int, int], sizes: list[tuple[int, int]]
 ) -> None:
-    """One roi_align per frame size against the exact antialiased resize, clip by clip.
+    """The whole batch's resize against the exact antialiased resize, clip by clip.
 
-    Tolerance: mean <= 1.5 and 99th percentile <= 8 grey levels. roi_align box-averages
-    ceil(scale) bilinear samples per pixel where the reference applies a triangle filter, so they
-    differ at fine texture: measured here (and in the design's camera-like frames) mean 0.7-1.0,
-    p99 4-5, as JPEG re-encoding at quality 90 does; a wrong box, flip or frame order gives tens.
+    Tolerance: at most 1 grey level (float rounding), on average under 0.01: the batched path
+    computes torch's own antialiased weights. The roi_align box filter it replaced differed by
+    4.4 on average at crop 32 and 2.4 at crop 112 on these frames.
     """
-    sizes = [(212, 160), (160, 212), (340, 256)]  # mixed aspect ratios and sizes in one batch
-    dataset = TrainVideoDataset(textured_folders(tmp_path, frames, sizes), ReaderSettings(frame_decode="device"))
+    dataset = TrainVideoDataset(textured_folders(tmp_path, sizes), ReaderSettings(frame_decode="device"))
     # Strides past the 10 frames' end: clips repeat their last frames (decoded once, placed twice).
     clips = [dataset[ClipRequest(i % 3, 8, crop, (1.0, 2.0), scales, seed=i)]["video"] for i in range(9)]
     assert {c.params.flip for c in clips} == {False, True}
@@ -127,9 +164,6 @@ def test_batched_crop_resize_matches_the_per_clip_resize(
     reference = device_decode.crop_resize_flip_per_clip(images, clips)
     assert batched.shape == reference.shape == (9, 3, 8, crop, crop) and batched.dtype == torch.uint8
     difference = (batched.float() - reference.float()).abs()
-    assert difference.mean() <= 1.5, difference.mean()
-    assert difference.flatten().quantile(0.99) <= 8
-    for k in range(9):  # each clip matches its own reference best: no clip, frame or flip mixed up
-        errors = [(batched[k].float() - reference[j].float()).abs().mean() for j in range(9)]
-        assert min(range(9), key=errors.__getitem__) == k
+    assert difference.max() <= 1, difference.max()
+    assert difference.mean() <= 0.01, difference.mean()
     assert torch.equal(decode_clips(clips, "cpu"), batched)  # what decoding uses

@@ -90,7 +90,10 @@ def test_an_abandoned_epoch_does_not_mix_the_next(synthetic_dataset: SyntheticDa
 
 def test_lightning_re_creates_it_with_its_sampler(synthetic_dataset: SyntheticDataset) -> None:
     from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
+
+    from lightning_multigrid._lightning import submodule
+
+    _update_dataloader = submodule("utilities.data")._update_dataloader
 
     dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
     with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):

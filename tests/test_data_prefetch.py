@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from test_data_frame_layouts import damage_huffman_table
 from torch import nn
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips

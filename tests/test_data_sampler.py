@@ -213,7 +213,10 @@ def test_lightning_style_reinstantiation_keeps_arguments() -> None:
 def test_lightning_update_dataloader_injects_distributed_sampler() -> None:
     """Lightning's own re-instantiation path, as used with ``use_distributed_sampler=True``."""
     from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
+
+    from lightning_multigrid._lightning import submodule
+
+    _update_dataloader = submodule("utilities.data")._update_dataloader
 
     schedule = make_schedule(devices=2)
     dataset = Echo(50)
@@ -300,7 +303,10 @@ def test_start_iteration_survives_lightning_distributed_sampler_injection() -> N
     # Under DDP with `use_distributed_sampler=True` Lightning rebuilds the batch sampler from the
     # arguments it was built with: a resumed loader must keep skipping the trained iterations.
     from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
+
+    from lightning_multigrid._lightning import submodule
+
+    _update_dataloader = submodule("utilities.data")._update_dataloader
 
     schedule = make_schedule(devices=2)
     epoch = schedule.stages[1].start_epoch

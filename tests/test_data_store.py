@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import pytorch_lightning as pl
 import torch
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params

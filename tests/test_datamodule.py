@@ -9,11 +9,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
@@ -212,7 +212,10 @@ def test_bad_video_is_replaced_and_counted_once(synthetic_dataset: SyntheticData
 def test_lightning_distributed_sampler_injection(synthetic_dataset: SyntheticDataset) -> None:
     """``use_distributed_sampler=True``: Lightning swaps the inner sampler; grids follow its epoch."""
     from lightning_fabric.utilities.data import _replace_dunder_methods
-    from pytorch_lightning.utilities.data import _update_dataloader
+
+    from lightning_multigrid._lightning import submodule
+
+    _update_dataloader = submodule("utilities.data")._update_dataloader
 
     schedule = make_schedule(devices=2)
     datamodule = make_datamodule(synthetic_dataset)

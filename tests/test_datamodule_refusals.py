@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 from test_datamodule import BASE, TinyVideoNet, make_datamodule, make_schedule
 
 from lightning_multigrid import MultigridCallback
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.synthetic import SyntheticDataset

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.store.reader import PackedFrameReader

@@ -6,10 +6,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.plugins.layer_sync import TorchSyncBatchNorm
 from torch.optim.lr_scheduler import LinearLR, MultiStepLR, SequentialLR
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -27,6 +24,9 @@ from lightning_multigrid._internals import (
     setting_owner,
     watch_train_fetches,
 )
+from lightning_multigrid._lightning import TorchSyncBatchNorm, pl
+
+ModelCheckpoint = pl.callbacks.ModelCheckpoint
 
 
 class _Linear(pl.LightningModule):

@@ -21,8 +21,13 @@ import pytest
 PACKAGE = "lightning_multigrid"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 
-# The Lightning layer: the only modules that may import Lightning.
+# Lightning's two packages (the unified `lightning` and `pytorch_lightning`, with their Fabric).
+LIGHTNING_PACKAGES = {"lightning", "pytorch_lightning", "lightning_fabric"}
+# The one module that imports them; everything else takes Lightning from it.
+LIGHTNING_IMPORT = f"{PACKAGE}._lightning"
+# The Lightning layer: the only modules that may import Lightning (through `_lightning`).
 LIGHTNING_LAYER = {
+    LIGHTNING_IMPORT,
     f"{PACKAGE}._internals",
     f"{PACKAGE}.callback",
     f"{PACKAGE}.cli",
@@ -39,7 +44,7 @@ PURE = {
     PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
     f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
     f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
-    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy",
+    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options",
 }
 # The schedule's modules: the options and config, a stage, the two builders, the schedule value.
 SCHEDULE_MODULES = {
@@ -123,12 +128,12 @@ def _external(module: str) -> set[str]:
 def test_module_respects_its_layer(module):
     external = _external(module)
     if module in PURE:
-        assert not external & {"torch", "torchvision", "pytorch_lightning", "lightning"}, (
+        assert not external & {"torch", "torchvision", *LIGHTNING_PACKAGES} and LIGHTNING_IMPORT not in _imports(module), (
             f"{module} must stay pure Python, imports {sorted(external)}"
         )
     if module not in LIGHTNING_LAYER:
-        lightning = {f"{PACKAGE}.{name}" for name in ("callback", "module", "cli")} & _imports(module)
-        assert not external & {"pytorch_lightning", "lightning"} and not lightning, (
+        lightning = {LIGHTNING_IMPORT, *(f"{PACKAGE}.{name}" for name in ("callback", "module", "cli"))} & _imports(module)
+        assert not external & LIGHTNING_PACKAGES and not lightning, (
             f"{module} is below the Lightning layer but imports Lightning"
         )
     assert "pytorchvideo" not in external, f"{module} imports pytorchvideo at import time"
@@ -138,7 +143,7 @@ def test_the_static_reading_agrees_with_a_real_import():
     # The AST reading above must see what Python really does: check it on the two ends.
     code = (
         "import sys; import lightning_multigrid.schedule, lightning_multigrid.models, lightning_multigrid.data.sampler; "
-        "print(sorted(m for m in ('torch', 'pytorch_lightning', 'pytorchvideo') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'pytorchvideo') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['torch']"
@@ -146,7 +151,7 @@ def test_the_static_reading_agrees_with_a_real_import():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
     assert "torch" in _external(f"{PACKAGE}.data.sampler")
-    assert "pytorch_lightning" in _external(f"{PACKAGE}.callback")
+    assert LIGHTNING_IMPORT in _imports(f"{PACKAGE}.callback")
 
 
 def test_the_data_pipeline_does_not_load_the_model_zoo():
@@ -166,7 +171,20 @@ def test_the_data_pipeline_does_not_import_the_schedule(module):
 @pytest.mark.parametrize("module", [f"{PACKAGE}.data.loaders", f"{PACKAGE}.data.transfer"])
 def test_loader_building_and_device_transforms_are_below_the_lightning_layer(module):
     assert module not in LIGHTNING_LAYER
-    assert not _external(module) & {"pytorch_lightning", "lightning"}
+    assert not _external(module) & LIGHTNING_PACKAGES and LIGHTNING_IMPORT not in _imports(module)
+
+
+def test_only_one_module_imports_lightning():
+    # Either Lightning package, whichever the process uses, comes from `_lightning`: an import of
+    # one of them anywhere else (even inside a function) would tie that module to one package.
+    direct = {
+        module for module in MODULES if module != LIGHTNING_IMPORT
+        if {name.split(".")[0] for name in _imported_anywhere(ast.parse(_source(module)), module)} & LIGHTNING_PACKAGES
+    }
+    assert not direct, f"{sorted(direct)} import Lightning; take it from {LIGHTNING_IMPORT}"
+    assert _imported_anywhere(ast.parse("import pytorch_lightning\ndef f():\n    import lightning.pytorch\n"), PACKAGE) == {
+        "pytorch_lightning", "lightning.pytorch"
+    }
 
 
 def _imported_anywhere(tree: ast.Module, module: str) -> set[str]:
@@ -180,6 +198,12 @@ def _imported_anywhere(tree: ast.Module, module: str) -> set[str]:
         node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only
     ]
     return _top_level_imports(ast.Module(body=imports, type_ignores=[]), module)
+
+
+def _source(module: str) -> str:
+    path = _path_of(module)
+    assert path is not None
+    return path.read_text()
 
 
 def _import_graph() -> dict[str, set[str]]:

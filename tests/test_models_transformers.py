@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 import yaml
 from torch import nn
@@ -23,6 +22,7 @@ from torchvision import models as tv_models
 from torchvision.models import video as tv_video
 from torchvision.models.video.mvit import MSBlockConfig
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import SyntheticDataset

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.models import build_backbone, load_weights, weights_names
 from lightning_multigrid.module import VideoClassifier
 

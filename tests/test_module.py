@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.models import BACKBONES, TinyVideoNet
 from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.multiview import aggregate_views
@@ -319,7 +319,7 @@ class StepLosses(pl.Callback):
 
 @pytest.mark.parametrize("progress_bar", [False, True])
 def test_train_loss_reaches_loggers_bar_and_epoch_end_without_a_call_per_step(tmp_path: Path, progress_bar: bool) -> None:
-    from pytorch_lightning.loggers import CSVLogger
+    CSVLogger = pl.loggers.CSVLogger
 
     torch.manual_seed(0)
     model = VideoClassifier(num_classes=3, backbone="tiny", tiny_width=2, dropout_rate=0.0)

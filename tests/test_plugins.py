@@ -8,12 +8,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from lightning_fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.norm import MultigridBatchNorm
 from lightning_multigrid.plugins import MultigridBatchNormSync, check_no_torch_sync_batchnorm
 
@@ -77,7 +77,7 @@ def test_check_no_torch_sync_batchnorm() -> None:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # jsonargparse, from inside LightningCLI
 def test_lightning_cli_config_installs_the_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytorch_lightning.cli import LightningCLI
+    from lightning_multigrid._lightning import LightningCLI
 
     monkeypatch.setattr(sys, "argv", ["lightning-multigrid"])  # not pytest's arguments
 
@@ -99,7 +99,7 @@ _DDP_SCRIPT = textwrap.dedent(
     import json
     import sys
 
-    import pytorch_lightning as pl
+    from lightning_multigrid._lightning import pl
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset

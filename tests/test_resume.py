@@ -13,18 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import ModelCheckpoint
 from test_callback_settings import IndexRecordingNet
 from torch.utils.data import DataLoader
 
 from lightning_multigrid import ClipSampling, EpochShardSampler, GridShape, ShortCycleBatchSampler
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.dataset import TrainVideoDataset
 
 from test_callback import BASE, MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
+
+ModelCheckpoint = pl.callbacks.ModelCheckpoint
 
 KEYS = ("epoch", "batch_idx", "shape", "index", "lr", "bn")
 
@@ -151,6 +152,8 @@ def docs_datamodule() -> type[pl.LightningDataModule]:
     text = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text(encoding="utf-8")
     block = text.split("## Your own DataModule", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     block = block.split("\nmodel = ", 1)[0]  # the classes, without the example's own fit
+    # the Lightning package this process uses (the docs import `lightning.pytorch`)
+    block = block.replace("import lightning.pytorch as pl\n", "from lightning_multigrid._lightning import pl\n", 1)
     namespace: dict[str, Any] = {}
     exec(compile(block, "docs/data.md", "exec"), namespace)
     return namespace["VideoData"]

@@ -19,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_value, plain_value
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_store_fits,

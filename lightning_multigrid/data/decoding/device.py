@@ -172,13 +172,13 @@ def _decode(clips: list[EncodedClip], device: torch.device) -> torch.Tensor:
 def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip]) -> torch.Tensor:
     """Resize, crop and flip every decoded frame of a batch at once, and put the frames in clip order.
 
-    One ``roi_align`` per distinct frame size (one for a dataset of one aspect ratio; clips of
-    mixed sizes are grouped by size), whatever the number of clips: each frame's box is its
-    clip's crop mapped back onto the decoded frame, and ``roi_align`` averages
-    ``ceil(decoded / resized)`` bilinear samples per output pixel and axis, a box-filtered
-    approximation of the antialiased resize of :func:`resize_crop_flip_per_clip` (on the test
-    frames within about 1 grey level on average; see ``tests/test_data_device_decode.py``). Then one
-    flip and one gather for the whole batch.
+    The resize is :func:`resize_crop_flip_per_clip`'s, antialiased bilinear (torch's weights), written
+    as two matrix products per frame: ``rows @ frame @ columns.T``, where ``rows`` (``S x H``) and
+    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only. So
+    one batched product per distinct frame size (one for a dataset of one aspect ratio) does the
+    whole batch, whatever its clips' scales, and gives the reference's pixels up to float rounding
+    (at most 1 grey level apart; ``tests/test_data_device_decode.py`` checks small and large crops).
+    Then one flip and one gather for the whole batch.
 
     Args:
         images: uint8 ``(3, H, W)`` frames on one device, clip after clip, each clip's distinct
@@ -188,38 +188,56 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     Returns:
         uint8 ``(N, 3, T, crop_size, crop_size)`` on the frames' device.
     """
-    from torchvision.ops import roi_align  # here: importing torchvision loads its model zoo (~1 s per process)
-
     crop = clips[0].params.crop_size
     device = images[0].device
-    boxes: list[tuple[float, float, float, float]] = []
+    row_weights: list[torch.Tensor] = []
+    column_weights: list[torch.Tensor] = []
     flips: list[bool] = []
     order: list[int] = []
     for clip in clips:
         p = clip.params
         offset = len(flips)
         for image in images[offset : offset + len(clip.jpegs)]:
-            # The crop [x, x + S) of the resized frame, in the decoded frame's pixels.
-            scale_x, scale_y = image.shape[-1] / p.resize_width, image.shape[-2] / p.resize_height
-            boxes.append((p.crop_x * scale_x, p.crop_y * scale_y, (p.crop_x + crop) * scale_x, (p.crop_y + crop) * scale_y))
+            row_weights.append(resize_weights(image.shape[-2], p.resize_height, p.crop_y, crop))
+            column_weights.append(resize_weights(image.shape[-1], p.resize_width, p.crop_x, crop))
             flips.append(p.flip)
         order.extend(offset + k for k in clip.order)
     out = torch.empty((len(images), 3, crop, crop), dtype=torch.float32, device=device)
     by_size: dict[tuple[int, int], list[int]] = {}
     for i, image in enumerate(images):
         by_size.setdefault((image.shape[-2], image.shape[-1]), []).append(i)
-    box_table = torch.tensor(boxes, dtype=torch.float32)
     for indices in by_size.values():
-        frames = torch.stack([images[i] for i in indices]).float()
-        rois = torch.cat([torch.arange(len(indices), dtype=torch.float32)[:, None], box_table[indices]], 1)
-        # sampling_ratio=0: ceil(box / output) samples per bin and axis, per box: its own scale.
-        out[indices] = roi_align(frames, rois.to(device), (crop, crop), sampling_ratio=0, aligned=True)
+        frames = torch.stack([images[i] for i in indices]).float()  # (n, 3, H, W)
+        rows = torch.stack([row_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, H)
+        columns = torch.stack([column_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, W)
+        out[indices] = rows @ frames @ columns.transpose(-1, -2)
     out = out.round_().clamp_(0, 255).to(torch.uint8)
     flip = torch.tensor(flips, device=device)[:, None, None, None]
     out = torch.where(flip, out.flip(-1), out)
     frames_per_clip = len(clips[0].order)
     index = torch.tensor(order, device=device)
     return out[index].view(len(clips), frames_per_clip, 3, crop, crop).transpose(1, 2)  # (N, 3, T, S, S)
+
+
+def resize_weights(in_size: int, out_size: int, start: int, count: int) -> torch.Tensor:
+    """The weights of torch's antialiased bilinear resize ``in_size -> out_size`` for outputs ``start .. start+count-1``.
+
+    ``F.interpolate(mode="bilinear", antialias=True, align_corners=False)`` along one axis: output
+    ``i`` is centred on input ``scale * (i + 0.5)`` and averages the inputs within ``support`` of it with
+    a triangle filter stretched by ``scale`` when shrinking (the antialiasing), normalised to sum 1.
+
+    Returns:
+        float32 ``(count, in_size)``, each row summing to 1.
+    """
+    scale = in_size / out_size
+    support, stretch = (scale, 1 / scale) if scale >= 1 else (1.0, 1.0)
+    centers = scale * (torch.arange(start, start + count, dtype=torch.float64) + 0.5)
+    inputs = torch.arange(in_size, dtype=torch.float64)
+    weights = (1 - ((inputs - centers[:, None] + 0.5) * stretch).abs()).clamp_(min=0)
+    # torch's window: inputs int(center - support + 0.5) .. int(center + support + 0.5) - 1, inside the frame
+    low, high = (centers - support + 0.5).floor(), (centers + support + 0.5).floor()
+    weights *= (inputs >= low[:, None]) & (inputs < high[:, None])
+    return (weights / weights.sum(1, keepdim=True)).float()
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
@@ -253,7 +271,8 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[t
         device: where the pixels go (and where they are decoded).
 
     Returns:
-        uint8 tensors ``(3, H, W)`` on ``device``, one per file.
+        uint8 tensors ``(3, H, W)`` on ``device``, one per file, turned upright by the file's EXIF
+        orientation tag where it has one (with torchcodec and with torchvision alike).
     """
     return _decoder()[1](data, torch.device(device))
 
@@ -286,14 +305,16 @@ def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[
     with warnings.catch_warnings():
         # torchvision 0.29 deprecates its image decoding; this is the fallback without torchcodec.
         warnings.filterwarnings("ignore", message=".*image decoding and encoding capabilities of TorchVision")
-        return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+        # Rotated by an EXIF orientation tag, as torchcodec's decoder does: the same pixels either way.
+        return list(decode_jpeg(data, mode=ImageReadMode.RGB, device=device, apply_exif_orientation=True))
 
 
 def resize_crop_flip_per_clip(frames: torch.Tensor, clip: EncodedClip) -> torch.Tensor:
     """One clip's ``(K, 3, H, W)`` uint8 frames to ``(K, 3, S, S)`` uint8: the exact antialiased resize, then crop and flip.
 
     The reference that :func:`crop_resize_flip` is tested against and ``benchmarks/gpu.py``
-    times beside it (about ten kernels per clip); decoding uses :func:`crop_resize_flip`.
+    times beside it (about ten kernels per clip); decoding uses :func:`crop_resize_flip`, which
+    computes the same resize for the whole batch at once.
     """
     params = clip.params
     resized = F.interpolate(
