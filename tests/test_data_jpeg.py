@@ -18,12 +18,13 @@ import numpy as np
 import pytest
 import simplejpeg
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipParams, ClipRequest, resized_size, sample_clip_params
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
-from lightning_multigrid.data.decoding.jpeg import JpegFrameError, dct_scale, decode_clip_crops, has_exif
+from lightning_multigrid.data.decoding.jpeg import JpegFrameError, dct_scale, decode_clip_crops, has_exif, resize_crop
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
@@ -194,3 +195,18 @@ def assert_clip_close(clip: object, frames: list[np.ndarray], flip: bool) -> Non
     expected = np.stack(frames)[:, :, ::-1] if flip else np.stack(frames)
     difference = np.abs(clip.permute(1, 2, 3, 0).numpy().astype(int) - expected.astype(int))
     assert difference.max() <= MAX_DIFFERENCE and difference.mean() <= MEAN_DIFFERENCE
+
+
+@pytest.mark.parametrize("width,height", [(64, 48), (213, 160)])
+def test_the_resize_past_the_crop_left_out_gives_the_whole_frames_pixels(width: int, height: int) -> None:
+    """``resize_crop`` resizes only up to the crop's far edges: the crop is the whole frame's resize, to the bit,
+    also where a kept side would keep its length (torch copies such a side) and when upscaling."""
+    frames = np.random.default_rng(0).integers(0, 256, (2, height, width, 3), dtype=np.uint8)
+    rng = random.Random(1)
+    for _ in range(200):
+        params = random_params(width, height, rng)
+        whole = F.interpolate(torch.from_numpy(frames).permute(0, 3, 1, 2), size=(params.resize_height, params.resize_width),
+                              mode="bilinear", antialias=True)
+        y, x, crop = params.crop_y, params.crop_x, params.crop_size
+        expected = whole.permute(0, 2, 3, 1).numpy()[:, y : y + crop, x : x + crop]
+        assert np.array_equal(resize_crop(frames, params), expected), params

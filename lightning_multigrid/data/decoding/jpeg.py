@@ -25,6 +25,7 @@ refuses it, with Pillow's words, and never decoded to other pixels than Pillow's
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -35,7 +36,15 @@ from PIL import Image, UnidentifiedImageError
 
 from lightning_multigrid.data.clip_params import ClipParams
 
-__all__ = ["IMAGE_ERRORS", "JpegFrameError", "dct_scale", "decode_clip_crops", "decode_frame_pillow", "has_exif"]
+__all__ = [
+    "IMAGE_ERRORS",
+    "JpegFrameError",
+    "dct_scale",
+    "decode_clip_crops",
+    "decode_frame_pillow",
+    "has_exif",
+    "resize_crop",
+]
 
 # What every reader of JPEG bytes catches for a file that is not an image, truncated or damaged:
 # Pillow's errors, and simplejpeg's (it raises ValueError, here already).
@@ -110,14 +119,36 @@ def resize_crop(frames: np.ndarray, params: ClipParams) -> np.ndarray:
     """``(K, h, w, 3)`` uint8 frames resized to ``params``' drawn size (antialiased bilinear, as Pillow's
     ``BILINEAR``) and cropped to its box: ``(K, crop_size, crop_size, 3)``, a view."""
     x, y, crop = params.crop_x, params.crop_y, params.crop_size
-    if frames.shape[1:3] != (params.resize_height, params.resize_width):
+    height, width = frames.shape[1:3]
+    if (height, width) != (params.resize_height, params.resize_width):
+        # Rows and columns past the crop's far edges (and its filter's reach) are left out of the resize: given
+        # the scale rather than the size, torch maps every kept output pixel to the same input position, so
+        # those pixels come out the same as from the whole frame, for less work.
+        rows, scale_y = _kept_extent(height, params.resize_height, y + crop)
+        columns, scale_x = _kept_extent(width, params.resize_width, x + crop)
         # (K, 3, h, w) in channels-last memory: the layout torch's uint8 antialiased kernel runs on.
-        clip = torch.from_numpy(frames).permute(0, 3, 1, 2)
+        clip = torch.from_numpy(frames[:, :rows, :columns]).permute(0, 3, 1, 2)
         resized = F.interpolate(
-            clip, size=(params.resize_height, params.resize_width), mode="bilinear", antialias=True, align_corners=False
+            clip, scale_factor=(scale_y, scale_x), mode="bilinear", antialias=True, align_corners=False,
+            recompute_scale_factor=False,
         )
         frames = resized.permute(0, 2, 3, 1).numpy()
     return frames[:, y : y + crop, x : x + crop]
+
+
+def _kept_extent(size: int, resized: int, needed: int) -> tuple[int, float]:
+    """``(kept, scale)``: the input pixels along one side that the first ``needed`` of ``resized`` output pixels
+    read (the bilinear filter reaches ``max(1, size / resized)`` input pixels either side of a centre; the whole
+    side where the kept part would resize to its own length, which torch copies), and the scale factor
+    ``resized / size`` for torch, nudged up where rounding would give fewer than ``needed`` outputs."""
+    step = size / resized
+    kept = min(size, math.ceil((needed + 1) * max(step, 1.0)) + 2)
+    scale = resized / size
+    if math.floor(kept * scale) == kept:
+        kept = size  # torch copies a side whose output size equals its input size, whatever the scale
+    while math.floor(kept * scale) < needed:  # torch's output size, floor(input * scale): one float ulp short
+        scale = math.nextafter(scale, math.inf)
+    return kept, scale
 
 
 def _decode_simplejpeg(jpeg: JpegBytes, out: np.ndarray, width: int, height: int, exif_matters: bool) -> bool:
