@@ -19,6 +19,12 @@ the coarsest/base ratio and frames/mp4 at the base grid.
   ``--store-levels`` adds 1/sqrt(2) levels), read by offset, decoded as ``frames`` is (``cpu``:
   in the workers; ``cuda``: bytes to the GPU). Its rows name the levels the grid's clips read.
 
+For every JPEG row decoded in the workers, the decode ceiling: the workers' CPU time per delivered frame
+beside a bare decode loop (simplejpeg into one buffer, in this process) of the same frames' bytes at the
+same DCT scale, for the same requests, and the ratio; and what each step of the worker's path costs per
+delivered frame, measured one by one in this process (draw, read, decode, resize and crop, assemble,
+collate, the hand-over to the main process), written under ``"stage_cpu_us_per_frame"``.
+
 With ``store`` and ``frames`` both asked for, the per-frame read cost (CPU microseconds to read, not
 decode, one sampled frame's JPEG bytes in one process: ``read_encoded_clip`` from files against an
 offset read from the store) is measured too and written as ``"kind": "read"`` rows; the disk size of
@@ -37,6 +43,8 @@ Run::
     python benchmarks/loader.py --pytorchvideo            # + pytorchvideo's PyAV path, base and coarsest
     python benchmarks/loader.py --chunking --formats mp4  # whole batches vs worker chunks (ChunkedDataLoader)
     python benchmarks/loader.py --formats mp4,frames,store --json out.json   # + the packed frame store
+    python benchmarks/loader.py --formats frames,store --store-levels 3      # the decode ceiling, 160/113/80 levels
+    python benchmarks/loader.py --smoke --json out.json                      # tiny sizes: the script runs
 
 ``--chunking`` times, instead, short epochs of the coarse grids from a fresh loader (worker start-up
 included, as at the start of every epoch): the first batch's wait and the epoch's clips/s, with a
@@ -281,7 +289,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--chunking", action="store_true", help="compare whole batches with worker chunks instead")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes to check the script runs: 2 videos of 160x120, frames and store, base and coarsest")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.videos, args.seconds, args.repeat, args.workers, args.read_frames = 2, 0.1, 1, 1, 64
+        args.small, args.formats, args.grids, args.decode = "160x120", "frames,store", "base,coarsest", "cpu"
+    return args
 
 
 def selected_grids(wanted: str | None) -> list[Grid]:
@@ -522,7 +536,17 @@ def stage_costs(dataset: Any, grid: Grid, seed: int, args: argparse.Namespace) -
     DCT scale the reader takes (the ceiling the loader is compared with); ``resize_crop``: the one resize of the
     clip and its crop; ``assemble``: frame order, flip, ``(C, T, H, W)``; ``collate``: ``collate_clips`` per
     batch; ``transfer``: the batch pickled to shared memory and back, as a worker hands it to the main process.
+    One torch thread, as in a worker.
     """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    try:
+        return _stage_costs(dataset, grid, seed, args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _stage_costs(dataset: Any, grid: Grid, seed: int, args: argparse.Namespace) -> dict[str, float]:
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401 -- registers the reductions that put tensors in shared memory
