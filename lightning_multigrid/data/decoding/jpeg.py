@@ -9,9 +9,10 @@ Every reader that decodes JPEG frames in the workers (frame folders, the packed 
    libjpeg-turbo offers (3/8, 5/8, 3/4, 7/8) were measured slower than a full decode, and are not used;
 2. one uint8 ``(K, h, w, 3)`` array for the clip's K distinct frames, each decoded into its slice
    (simplejpeg's ``buffer=``): no per-frame array or image object;
-3. one antialiased bilinear resize of the whole clip to the drawn size (torch's uint8 kernel, the
-   arithmetic of Pillow's ``BILINEAR`` resize: Pillow resizing each frame's crop box gave the same
-   pixels within 1 grey level, see ``tests/test_data_jpeg.py``), then the crop is a view.
+3. one antialiased bilinear resize of the whole clip to the drawn size, rows and columns past the
+   crop left out (torch's uint8 kernel, the arithmetic of Pillow's ``BILINEAR`` resize: Pillow
+   resizing each frame's crop box gave the same pixels within 2 grey levels, 0.25 on average at
+   worst, see ``tests/test_data_jpeg.py``), then the crop is a view.
 
 simplejpeg (libjpeg-turbo called directly) decodes a frame in about half of Pillow's CPU time, with
 the same library's arithmetic (identical pixels for YCbCr and greyscale JPEGs). A frame it does
@@ -91,7 +92,8 @@ def decode_clip_crops(
     Args:
         jpegs: each frame's JPEG bytes (frames of one video: one size).
         params: the resize, crop box and crop size (frame order and flip are the caller's).
-        width: the frames' stored width in pixels (a frame of another size goes to ``check``).
+        width: the frames' stored width in pixels (a frame of another size goes through Pillow, and is
+            refused: by ``check``, or for decoding to another size).
         height: the frames' stored height.
         check: refuses a frame that goes through Pillow (see the module docstring) by raising; when
             given, a frame with an EXIF segment also goes through Pillow, so ``check`` sees its
