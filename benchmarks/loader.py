@@ -19,6 +19,12 @@ the coarsest/base ratio and frames/mp4 at the base grid.
   ``--store-levels`` adds 1/sqrt(2) levels), read by offset, decoded as ``frames`` is (``cpu``:
   in the workers; ``cuda``: bytes to the GPU). Its rows name the levels the grid's clips read.
 
+For every JPEG row decoded in the workers, the decode ceiling: the workers' CPU time per delivered frame
+beside a bare decode loop (simplejpeg into one buffer, in this process) of the same frames' bytes at the
+same DCT scale, for the same requests, and the ratio; and what each step of the worker's path costs per
+delivered frame, measured one by one in this process (draw, read, decode, resize and crop, assemble,
+collate, the hand-over to the main process), written under ``"stage_cpu_us_per_frame"``.
+
 With ``store`` and ``frames`` both asked for, the per-frame read cost (CPU microseconds to read, not
 decode, one sampled frame's JPEG bytes in one process: ``read_encoded_clip`` from files against an
 offset read from the store) is measured too and written as ``"kind": "read"`` rows; the disk size of
@@ -37,6 +43,8 @@ Run::
     python benchmarks/loader.py --pytorchvideo            # + pytorchvideo's PyAV path, base and coarsest
     python benchmarks/loader.py --chunking --formats mp4  # whole batches vs worker chunks (ChunkedDataLoader)
     python benchmarks/loader.py --formats mp4,frames,store --json out.json   # + the packed frame store
+    python benchmarks/loader.py --formats frames,store --store-levels 3      # the decode ceiling, 160/113/80 levels
+    python benchmarks/loader.py --smoke --json out.json                      # tiny sizes: the script runs
 
 ``--chunking`` times, instead, short epochs of the coarse grids from a fresh loader (worker start-up
 included, as at the start of every epoch): the first batch's wait and the epoch's clips/s, with a
@@ -61,14 +69,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import simplejpeg
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
+from lightning_multigrid.data.clip_params import ClipRequest, assemble_clip, distinct_frames, sample_clip_params
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_encoded_clip
+from lightning_multigrid.data.decoding.jpeg import dct_scale, resize_crop
 from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.load import load_manifest
@@ -170,19 +180,19 @@ def requests_for(grid: Grid, num_videos: int, seed: int) -> Iterator[list[ClipRe
 
 def clips_per_second(
     loader: DataLoader[Any], warmup_batches: int, seconds: float, device: str | None
-) -> tuple[float, float | None]:
+) -> tuple[float, float | None, float | None]:
     """Clips/s after ``warmup_batches``, over at least ``seconds`` and ``3 * warmup_batches`` batches.
 
     Several batches per worker, so the batches already prefetched when the clock starts do not
     inflate the rate of grids with big batches. Also returns clips per CPU-second of the main
-    process and the workers together (Linux; ``None`` elsewhere): unlike clips/s, it does not
-    move with other load on a shared machine.
+    process and the workers together, and of the workers alone (Linux; ``None`` elsewhere):
+    unlike clips/s, they do not move with other load on a shared machine.
     """
     batches = iter(loader)
     for _ in range(warmup_batches):
         consume(next(batches), device)
-    pids = [os.getpid(), *(w.pid for w in getattr(batches, "_workers", ()))]
-    cpu_start = cpu_seconds(pids)
+    workers = [w.pid for w in getattr(batches, "_workers", ())]
+    cpu_start, worker_start = cpu_seconds([os.getpid(), *workers]), cpu_seconds(workers)
     start = time.perf_counter()
     clips = count = 0
     while True:
@@ -190,9 +200,12 @@ def clips_per_second(
         count += 1
         elapsed = time.perf_counter() - start
         if elapsed >= seconds and count >= max(2, 3 * warmup_batches):
-            cpu_end = cpu_seconds(pids)
+            cpu_end, worker_end = cpu_seconds([os.getpid(), *workers]), cpu_seconds(workers)
             per_cpu = clips / (cpu_end - cpu_start) if cpu_start is not None and cpu_end is not None else None
-            return clips / elapsed, per_cpu
+            per_worker_cpu = None
+            if workers and worker_start is not None and worker_end is not None and worker_end > worker_start:
+                per_worker_cpu = clips / (worker_end - worker_start)
+            return clips / elapsed, per_cpu, per_worker_cpu
 
 
 def cpu_seconds(pids: list[int]) -> float | None:
@@ -276,7 +289,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pytorchvideo", action="store_true", help="also time pytorchvideo's PyAV path on mp4")
     parser.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     parser.add_argument("--chunking", action="store_true", help="compare whole batches with worker chunks instead")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny sizes to check the script runs: 2 videos of 160x120, frames and store, base and coarsest")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.videos, args.seconds, args.repeat, args.workers, args.read_frames = 2, 0.1, 1, 1, 64
+        args.small, args.formats, args.grids, args.decode = "160x120", "frames,store", "base,coarsest", "cpu"
+    return args
 
 
 def selected_grids(wanted: str | None) -> list[Grid]:
@@ -403,10 +422,11 @@ def read_costs(datasets: list[tuple[str, str, Any]], grid: Grid, source: Source,
 
 def measure_cases(
     cases: list[tuple[str, str, Any, Grid]], source: Source, seed: int, args: argparse.Namespace
-) -> tuple[dict[int, float], dict[int, float]]:
-    """Best clips/s and best clips per CPU-second of each case, keyed by its index in ``cases``."""
+) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """Best clips/s, best clips per CPU-second and per worker CPU-second of each case, keyed by its index in ``cases``."""
     best: dict[int, float] = {}
     best_cpu: dict[int, float] = {}
+    best_worker_cpu: dict[int, float] = {}
     # Round robin, best of --repeat: other load on a shared machine only ever slows a row down.
     for _ in range(args.repeat):
         for k, (fmt, decode, dataset, grid) in enumerate(cases):
@@ -414,14 +434,18 @@ def measure_cases(
                 dataset, batch_sampler=requests_for(grid, args.videos, seed=seed),
                 collate_fn=collate_clips, num_workers=args.workers,
             )
-            rate, per_cpu = clips_per_second(loader, args.workers, args.seconds, decode if decode != "cpu" else None)
+            rate, per_cpu, per_worker_cpu = clips_per_second(
+                loader, args.workers, args.seconds, decode if decode != "cpu" else None
+            )
             del loader
             best[k] = max(best.get(k, 0.0), rate)
             if per_cpu is not None:
                 best_cpu[k] = max(best_cpu.get(k, 0.0), per_cpu)
+            if per_worker_cpu is not None:
+                best_worker_cpu[k] = max(best_worker_cpu.get(k, 0.0), per_worker_cpu)
             cpu_text = f", {per_cpu:.1f} per CPU-second" if per_cpu is not None else ""
             print(f"  {source.name} {fmt} {decode} {grid.name}: {rate:.1f} clips/s{cpu_text}", file=sys.stderr)
-    return best, best_cpu
+    return best, best_cpu, best_worker_cpu
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -450,17 +474,20 @@ def main(argv: list[str] | None = None) -> None:
                 for grid, (fmt, decode, dataset) in itertools.product(grids, datasets)
                 if fmt != "mp4 pytorchvideo" or grid.name in ("base", "coarsest")
             ]
-            best, best_cpu = measure_cases(cases, source, number, args)
+            best, best_cpu, best_worker_cpu = measure_cases(cases, source, number, args)
             if args.chunking:
                 compare_chunking(source, datasets, grids, args)
                 continue
             reads += read_costs(datasets, grids[-1], source, args)
-            rows += rows_of(cases, best, best_cpu, source, number, args)
+            source_rows = rows_of(cases, best, best_cpu, source, number, args)
+            add_decode_ceiling(source_rows, cases, best_worker_cpu, number, args)
+            rows += source_rows
 
     if args.chunking:
         return
     print_table(rows)
     print_store_summary(rows, reads)
+    print_decode_ceiling(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows + reads, "sizes": SIZES}, indent=1))
         print(f"wrote {args.json}", file=sys.stderr)
@@ -496,6 +523,119 @@ def print_store_summary(rows: list[dict[str, Any]], reads: list[dict[str, Any]])
             print(f"{row['source']}, store decode {row['decode']}, {row['grid']}: levels read {row['levels_used']}")
     for name, sizes in SIZES.items():
         print(f"{name}: bytes on disk {', '.join(f'{k} {v}' for k, v in sizes.items() if k.endswith('bytes'))}")
+
+
+STAGES = ("params", "read", "decode", "resize_crop", "assemble", "collate", "transfer")
+
+
+def stage_costs(dataset: Any, grid: Grid, seed: int, args: argparse.Namespace) -> dict[str, float]:
+    """CPU microseconds per delivered frame of each step a worker takes, in this process, same requests as the loader.
+
+    ``params``: drawing the clip (``sample_clip_params``); ``read``: the sampled frames' JPEG bytes (offset slices
+    of the store's map, or file reads); ``decode``: the bare decode loop, simplejpeg into one clip buffer at the
+    DCT scale the reader takes (the ceiling the loader is compared with); ``resize_crop``: the one resize of the
+    clip and its crop; ``assemble``: frame order, flip, ``(C, T, H, W)``; ``collate``: ``collate_clips`` per
+    batch; ``transfer``: the batch pickled to shared memory and back, as a worker hands it to the main process.
+    One torch thread, as in a worker.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    try:
+        return _stage_costs(dataset, grid, seed, args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _stage_costs(dataset: Any, grid: Grid, seed: int, args: argparse.Namespace) -> dict[str, float]:
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 -- registers the reductions that put tensors in shared memory
+
+    reader, entries = dataset.reader, dataset.manifest.entries
+    count = max(grid.shape.batch_size, args.read_frames // grid.shape.num_frames)
+    requests = list(itertools.islice(itertools.chain.from_iterable(requests_for(grid, args.videos, seed)), count))
+    best = dict.fromkeys(STAGES, math.inf)
+    for _ in range(max(2, args.repeat)):  # the first pass also warms the page cache and the maps
+        spent = dict.fromkeys(STAGES, 0.0)
+        samples = []
+        for r in requests:
+            entry = entries[r.index]
+            started = time.process_time()
+            params = sample_clip_params(r, reader.source(entry))
+            wanted, order = distinct_frames(params)
+            tick = time.process_time()
+            spent["params"] += tick - started
+            if isinstance(reader, PackedFrameReader):
+                level = reader.level_for(r.index, params)
+                jpegs: list[Any] = reader.store.frame_bytes(r.index, level, wanted)
+                width, height = (int(side) for side in reader.store.level_size[r.index, level])
+            else:
+                folder = reader.source(entry)
+                jpegs = []
+                for index in wanted:
+                    with open(folder.frame_path(index), "rb") as file:
+                        jpegs.append(file.read())
+                width, height = folder.width, folder.height
+            tock = time.process_time()
+            spent["read"] += tock - tick
+            scale = dct_scale(width, height, params.resize_width, params.resize_height)
+            frames = np.empty((len(jpegs), -(-height // scale), -(-width // scale), 3), np.uint8)
+            for k, jpeg in enumerate(jpegs):
+                simplejpeg.decode_jpeg(jpeg, "RGB", min_height=frames.shape[1], min_width=frames.shape[2], buffer=frames[k])
+            tick = time.process_time()
+            spent["decode"] += tick - tock
+            crops = resize_crop(frames, params)
+            tock = time.process_time()
+            spent["resize_crop"] += tock - tick
+            clip = torch.from_numpy(assemble_clip(crops, order, params.flip))
+            spent["assemble"] += time.process_time() - tock
+            samples.append({"video": clip, "label": 0, "index": r.index, "skipped": ()})
+        for start in range(0, len(samples) - grid.shape.batch_size + 1, grid.shape.batch_size):
+            tick = time.process_time()
+            batch = collate_clips(samples[start : start + grid.shape.batch_size])
+            tock = time.process_time()
+            ForkingPickler.loads(bytes(ForkingPickler.dumps(batch)))
+            spent["transfer"] += time.process_time() - tock
+            spent["collate"] += tock - tick
+        delivered = len(requests) * grid.shape.num_frames
+        collated = (len(samples) // grid.shape.batch_size) * grid.shape.batch_size * grid.shape.num_frames
+        for stage in STAGES:
+            per = collated if stage in ("collate", "transfer") else delivered
+            best[stage] = min(best[stage], spent[stage] / max(per, 1) * 1e6)
+    return best
+
+
+def add_decode_ceiling(
+    rows: list[dict[str, Any]], cases: list[tuple[str, str, Any, Grid]], best_worker_cpu: dict[int, float], seed: int,
+    args: argparse.Namespace,
+) -> None:
+    """Beside each JPEG row decoded in the workers: the workers' CPU per delivered frame, each step's cost and the
+    bare decode loop of the same bytes at the same scale (``stage_costs``), and their ratio."""
+    for k, (fmt, decode, dataset, grid) in enumerate(cases):
+        if fmt not in ("frames", "store") or decode != "cpu" or k not in best_worker_cpu:
+            continue
+        stages = stage_costs(dataset, grid, seed, args)
+        worker_us = 1e6 / (best_worker_cpu[k] * grid.shape.num_frames)
+        rows[k]["worker_cpu_us_per_frame"] = round(worker_us, 1)
+        rows[k]["stage_cpu_us_per_frame"] = {name: round(value, 2) for name, value in stages.items()}
+        rows[k]["bare_decode_cpu_us_per_frame"] = round(stages["decode"], 1)
+        rows[k]["worker_over_bare_decode"] = round(worker_us / stages["decode"], 2)
+
+
+def print_decode_ceiling(rows: list[dict[str, Any]]) -> None:
+    ceiling = [r for r in rows if "worker_over_bare_decode" in r]
+    if not ceiling:
+        return
+    print()
+    print("Worker CPU per delivered frame against a bare decode loop of the same bytes at the same scale "
+          "(simplejpeg into one buffer), CPU-us; the steps measured one by one in one process:")
+    print()
+    print("| source | format | grid | worker CPU | bare decode | worker / bare | " + " | ".join(STAGES) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(STAGES))
+    for r in ceiling:
+        stages = " | ".join(f"{r['stage_cpu_us_per_frame'][name]:.1f}" for name in STAGES)
+        print(f"| {r['source']} | {r['format']} | {r['grid']} | {r['worker_cpu_us_per_frame']:.1f} | "
+              f"{r['bare_decode_cpu_us_per_frame']:.1f} | {r['worker_over_bare_decode']:.2f}x | {stages} |")
 
 
 def compare_chunking(source: Source, datasets: list[Any], grids: list[Grid], args: argparse.Namespace) -> None:

@@ -1,11 +1,12 @@
 """Read clips from folders of JPEG frames at a cost that follows the grid.
 
 A clip opens only its sampled frames. libjpeg can decode a JPEG at 1/2, 1/4 or 1/8 of its size by
-scaling the DCT (PIL's ``Image.draft``), for a fraction of the work of a full decode: a coarse grid
-(a small crop from a small short side) is decoded at reduced size, then resized to the exact
-target with the crop box applied inside the resize, so only the crop's pixels are produced.
-Decoding cost therefore falls with the grid, as the model's does; an mp4 decoder must run from the
-keyframe through the clip's whole span whatever the grid.
+scaling the DCT, for less work than a full decode: a coarse grid (a small crop from a small short
+side) is decoded at reduced size, then the clip is resized to the exact target in one call and
+cropped (:func:`~lightning_multigrid.data.decoding.jpeg.decode_clip_crops`: simplejpeg, Pillow for
+the frames simplejpeg does not decode as Pillow would). Decoding cost therefore falls with the grid,
+as the model's does; an mp4 decoder must run from the keyframe through the clip's whole span
+whatever the grid.
 
 Which files of a folder are frames, and their numbers, is the folder's filename template
 (:mod:`lightning_multigrid.data.decoding.frame_names`): optical flow, thumbnails and other files are never
@@ -36,13 +37,13 @@ import os
 import re
 from typing import IO
 
-import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, refuse_still_picture
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout, FrameNameError, select_frames
+from lightning_multigrid.data.decoding.jpeg import IMAGE_ERRORS, JpegFrameError, decode_clip_crops
 from lightning_multigrid.data.decoding.metadata import FrameFolder
 from lightning_multigrid.data.manifests.entries import VideoEntry
 
@@ -53,7 +54,6 @@ __all__ = [
     "FrameFolder",
     "FrameLayout",
     "check_frame_folder",
-    "decode_crop",
     "load_checked_frame",
     "jpeg_end",
     "open_frame_folder",
@@ -63,8 +63,6 @@ __all__ = [
 
 JPEG_EXTENSIONS: tuple[str, ...] = (".jpg", ".jpeg")
 
-# PIL raises these for files that are not images, truncated or damaged (every reader of JPEG bytes catches them).
-IMAGE_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
 # After a scan's entropy-coded data: the next marker (0xFF not followed by a stuffed 0x00, a
 # restart marker or a fill byte).
@@ -139,11 +137,28 @@ def read_clip(folder: FrameFolder, params: ClipParams) -> torch.Tensor:
     """
     check_clip_params(params, folder.num_frames, folder.path)
     wanted, order = distinct_frames(params)
-    crop = params.crop_size
-    frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
-    for k, index in enumerate(wanted):
-        frames[k] = _decode_frame(folder, index, params)
+    paths = [folder.frame_path(index) for index in wanted]
+    jpegs = [_read_frame(path, folder) for path in paths]
+
+    def check(image: Image.Image, position: int) -> None:
+        _check_frame(image, paths[position], folder)
+
+    try:
+        frames = decode_clip_crops(jpegs, params, folder.width, folder.height, check, paths)
+    except JpegFrameError as error:
+        path = paths[error.position]
+        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error.error)})") from None
     return torch.from_numpy(assemble_clip(frames, order, params.flip))
+
+
+def _read_frame(path: str, folder: FrameFolder) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except FileNotFoundError:
+        raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
+    except OSError as error:
+        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
 
 
 class EncodedClip:
@@ -269,23 +284,6 @@ def _check_frame(image: Image.Image, path: str, folder: FrameFolder) -> None:
         raise VideoDecodeError(folder.path, _size_message(path, image.size, folder))
 
 
-def decode_crop(image: Image.Image, params: ClipParams) -> np.ndarray:
-    """The crop of ``params`` from an opened JPEG of any size: decoded at reduced size where it can be,
-    then only the crop box resized (bilinear). Returns uint8 ``(crop_size, crop_size, 3)``, RGB.
-
-    The box is in the resized frame's pixels and scaled by the decoded image's own size, so a frame
-    stored smaller than its source (a level of the packed store) gives the same crop.
-    """
-    # libjpeg picks the largest of 1/1, 1/2, 1/4, 1/8 that keeps the image at least the
-    # resize target, so the final resize only ever shrinks.
-    image.draft("RGB", (params.resize_width, params.resize_height))
-    scale_x = image.width / params.resize_width
-    scale_y = image.height / params.resize_height
-    x, y, crop = params.crop_x, params.crop_y, params.crop_size
-    box = (x * scale_x, y * scale_y, (x + crop) * scale_x, (y + crop) * scale_y)
-    # Resizing only the crop box gives the pixels of resize-then-crop, without the rest.
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    return np.asarray(rgb.resize((crop, crop), Image.Resampling.BILINEAR, box=box))
 def _check_upright(image: Image.Image, path: str, folder: str) -> None:
     """Refuse a JPEG whose EXIF orientation asks viewers to turn or mirror it (values as Pillow's
     ``ImageOps.exif_transpose``: 1 and unknown values mean "as stored")."""
@@ -330,20 +328,6 @@ def jpeg_end(data: bytes | bytearray) -> int | None:
                     return None
                 pos = match.start()
     return None
-
-
-def _decode_frame(folder: FrameFolder, index: int, params: ClipParams) -> np.ndarray:
-    path = folder.frame_path(index)
-    try:
-        with Image.open(path) as image:
-            _check_frame(image, path, folder)
-            return decode_crop(image, params)
-    except VideoDecodeError:
-        raise
-    except FileNotFoundError:
-        raise VideoDecodeError(folder.path, f"frame {path} is missing") from None
-    except IMAGE_ERRORS as error:
-        raise VideoDecodeError(folder.path, f"frame {path} cannot be decoded ({describe_error(error)})") from None
 
 
 def _jpeg_size(path: str, folder: str) -> tuple[int, int]:

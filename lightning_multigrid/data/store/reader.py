@@ -7,8 +7,9 @@ parameters as :class:`~lightning_multigrid.data.decoding.readers.FrameFolderRead
 short side (:func:`~lightning_multigrid.data.store.format.choose_level`) and slices the sampled
 frames' JPEG bytes out of that level's memory map: no file opened, no header parsed per frame.
 
-- ``frame_decode="workers"``: each frame is decoded in the worker at reduced size where the drawn
-  size allows (Pillow ``draft``) and only its crop box resized, as the frame-folder reader does;
+- ``frame_decode="workers"``: the clip is decoded in the worker at reduced size where the drawn size
+  allows, resized and cropped as the frame-folder reader does
+  (:func:`~lightning_multigrid.data.decoding.jpeg.decode_clip_crops`);
 - ``frame_decode="device"``: the bytes leave as the
   :class:`~lightning_multigrid.data.decoding.frames.EncodedClip` the frame-folder reader returns,
   for :func:`~lightning_multigrid.data.decoding.device.decode_batch`.
@@ -24,13 +25,13 @@ import io
 import logging
 import os
 
-import numpy as np
 import torch
 from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipParams, assemble_clip, check_clip_params, distinct_frames
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, refuse_still_picture
-from lightning_multigrid.data.decoding.frames import IMAGE_ERRORS, EncodedClip, decode_crop
+from lightning_multigrid.data.decoding.frames import IMAGE_ERRORS, EncodedClip
+from lightning_multigrid.data.decoding.jpeg import JpegFrameError, decode_clip_crops
 from lightning_multigrid.data.decoding.readers import FrameDecode, check_frame_decode
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choose_level
@@ -71,10 +72,12 @@ class PackedFrameReader:
         data = store.frame_bytes(index, level, wanted)
         if self.frame_decode == "device":
             return self._encoded(entry, level, wanted, order, data, params)
-        crop = params.crop_size
-        frames = np.empty((len(wanted), crop, crop, 3), dtype=np.uint8)
-        for k, (frame, jpeg) in enumerate(zip(wanted, data)):
-            frames[k] = self._decode(entry, level, frame, jpeg, params)
+        width, height = (int(side) for side in store.level_size[index, level])
+        try:
+            frames = decode_clip_crops(data, params, width, height)
+        except JpegFrameError as error:
+            name = self.frame_name(entry, level, wanted[error.position])
+            raise VideoDecodeError(entry.name, f"frame {name} cannot be decoded ({describe_error(error.error)})") from None
         return torch.from_numpy(assemble_clip(frames, order, params.flip))
 
     def check_video(self, entry: VideoEntry) -> StoredVideo:
@@ -126,15 +129,6 @@ class PackedFrameReader:
             return self.store.video_index(entry.name)
         except KeyError:
             raise VideoDecodeError(entry.name, f"the store {self.store.path} does not hold this video") from None
-
-    def _decode(self, entry: VideoEntry, level: int, frame: int, jpeg: memoryview, params: ClipParams) -> np.ndarray:
-        try:
-            with Image.open(io.BytesIO(jpeg)) as image:
-                return decode_crop(image, params)
-        except IMAGE_ERRORS as error:
-            raise VideoDecodeError(
-                entry.name, f"frame {self.frame_name(entry, level, frame)} cannot be decoded ({describe_error(error)})"
-            ) from None
 
     def _encoded(
         self,
