@@ -145,7 +145,7 @@ def test_compare_missing_config_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        (["--max-epochs", "1"], "`milestones` must be < `max_epochs`=1, got [2]"),
+        (["--max-epochs", "1"], "`milestones` must be < `--max-epochs`=1, got [2]"),
     ],
     ids=["milestones_beyond_max_epochs"],
 )

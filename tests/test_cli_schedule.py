@@ -92,10 +92,10 @@ def test_table_and_plot(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--batch-size", "0"], "`batch_size` must be a positive integer, got 0."),
-        (["--milestones", "154", "94"], "`milestones` must be strictly increasing"),
-        (["--milestones", "300"], "must be < `max_epochs`=239"),
-        (["--epoch-factor", "0"], "`epoch_factor` must be a positive number, got 0.0."),
+        (["--batch-size", "0"], "`--batch-size` must be a positive integer, got 0."),
+        (["--milestones", "154", "94"], "`--milestones` must be strictly increasing"),
+        (["--milestones", "300"], "must be < `--max-epochs`=239"),
+        (["--epoch-factor", "0"], "`--epoch-factor` must be a positive number, got 0.0."),
         (["--dataset-size", "-5"], "`--dataset-size` must be a positive integer, got -5."),
         (["--plot", "schedule.txt"], "`--plot` schedule.txt: cannot write a figure as '.txt'"),
         (["--plot", "/nonexistent/schedule.png"], "its folder /nonexistent does not exist"),

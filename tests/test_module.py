@@ -259,7 +259,7 @@ def test_backbone_module_is_made_compatible_and_not_saved() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"backbone": "resnet9000"}, r"Unknown `backbone` 'resnet9000': choose one of tiny, x3d_xs"),
+        ({"backbone": "resnet9000"}, r"Unknown `backbone` 'resnet9000': choose one of tiny, tiny_swin3d, x3d_xs"),
         ({"backbone": 3}, "`backbone` must be a name"),
         ({"num_classes": 1}, "`num_classes` must be an integer >= 2"),
         ({"warmup_epochs": 5, "milestones": (5, 8)}, "must come after the warm-up"),
