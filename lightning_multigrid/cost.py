@@ -1,0 +1,160 @@
+"""Each grid's cost per clip for one model, measured once, for batches sized by cost (``batch_sizing``).
+
+Equation 1 assumes a clip's cost grows with frames x pixels; attention does not, and hardware runs
+some grids slower per FLOP (on CPU a 3D CNN's 2-frame grids cost 1.9x per FLOP, docs/benchmarks.md).
+:func:`measure_clip_costs` runs the model on each grid and hands the schedule plain numbers
+(:class:`~lightning_multigrid.config.ClipCost`), from which
+:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch` sizes each grid's batch:
+
+- ``"flops"``: the FLOPs of one forward + backward (``torch.utils.flop_counter.FlopCounterMode``),
+  per clip. Deterministic: every rank and every run count the same.
+- ``"time"``: the median wall-clock time of a forward + backward at the grid's batch, per clip, as
+  Open-Sora's batch search times each bucket. It sees what FLOPs miss (kernels slower per FLOP,
+  memory-bound layers), but is noisy: a run measures it once and keeps it (the callback stores it in
+  its checkpoint state and ranks use rank 0's).
+
+The model is left as it was: its weights are not stepped, its buffers (BatchNorm statistics), its
+gradients, its train/eval modes and the random number generators are restored. Torch, no Lightning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from lightning_multigrid._checks import check_positive_int
+from lightning_multigrid.config import ClipCost
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.models.pathways import slowfast_pathways
+
+__all__ = ["FLOP_BATCH_SIZE", "measure_clip_costs"]
+
+# Clips per FLOP count: FLOPs grow linearly with the batch, and two clips keep BatchNorm in train
+# mode defined where a layer sees one value per channel and clip.
+FLOP_BATCH_SIZE = 2
+
+
+def measure_clip_costs(
+    model: nn.Module,
+    grids: Sequence[GridShape],
+    method: Literal["flops", "time"],
+    *,
+    num_channels: int = 3,
+    slowfast_alpha: int | None = None,
+    device: torch.device | str | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    context: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
+) -> tuple[ClipCost, ...]:
+    """The cost of one clip of each grid for ``model``: FLOPs or seconds of a forward + backward.
+
+    Args:
+        model: maps ``(N, C, T, H, W)`` clips (``[slow, fast]`` with ``slowfast_alpha``) to a tensor;
+            left as it was (see the module's docstring).
+        grids: the grids to measure, e.g. :meth:`~lightning_multigrid.config.MultigridConfig.cost_grids`;
+            ``"time"`` runs each at its ``batch_size``, ``"flops"`` at :data:`FLOP_BATCH_SIZE` clips. A
+            ``(num_frames, crop_size)`` is measured once.
+        method: ``"flops"`` or ``"time"``.
+        num_channels: input channels ``C``.
+        slowfast_alpha: for a two-pathway model, the frame-rate ratio of its input split.
+        device: where to run; default: the device of the model's first parameter.
+        repeats: timed forward + backward passes per grid (their median counts); ``"time"`` only.
+        warmup: untimed passes first (allocator, kernel selection); ``"time"`` only.
+        context: entered around each forward, e.g. the Trainer's precision (autocast) context.
+
+    Returns:
+        One :class:`~lightning_multigrid.config.ClipCost` per distinct grid, in order: FLOPs or
+        seconds per clip.
+
+    Raises:
+        ValueError: for an unknown ``method``, no ``grids``, non-positive ``repeats``, or a model
+            whose output is not a tensor.
+    """
+    if method not in ("flops", "time"):
+        raise ValueError(f"`method` must be 'flops' or 'time' (how batches are sized by cost), got {method!r}.")
+    check_positive_int("repeats", repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"`warmup` must be an integer >= 0, got {warmup!r}.")
+    distinct = {(g.num_frames, g.crop_size): g for g in reversed(grids)}  # the first of each size wins
+    if not distinct:
+        raise ValueError("`grids` is empty: pass the grids to measure, e.g. `config.cost_grids()`.")
+    parameter = next(model.parameters(), None)
+    device = torch.device(device) if device is not None else (
+        parameter.device if parameter is not None else torch.device("cpu")
+    )
+    dtype = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
+    costs = []
+    with _model_kept(model, device):
+        for grid in (g for g in grids if distinct.get((g.num_frames, g.crop_size)) is g):
+            batch_size = FLOP_BATCH_SIZE if method == "flops" else grid.batch_size
+            clip = torch.randn(batch_size, num_channels, grid.num_frames, grid.crop_size, grid.crop_size,
+                               device=device, dtype=dtype)
+            inputs = clip if slowfast_alpha is None else slowfast_pathways(clip, slowfast_alpha)
+
+            def step(inputs: torch.Tensor | list[torch.Tensor] = inputs) -> None:
+                with context():
+                    output = model(inputs)
+                if not isinstance(output, torch.Tensor):
+                    raise ValueError(
+                        f"Measuring each grid's cost needs a model that returns a tensor, got {type(output).__name__}."
+                    )
+                if output.requires_grad:  # a fully frozen model only runs forward
+                    output.float().sum().backward()
+                model.zero_grad(set_to_none=True)
+
+            if method == "flops":
+                with FlopCounterMode(display=False) as counter:
+                    step()
+                cost = counter.get_total_flops() / batch_size
+            else:
+                cost = _median_seconds(step, device, repeats, warmup) / batch_size
+            costs.append(ClipCost(grid.num_frames, grid.crop_size, float(cost)))
+    return tuple(costs)
+
+
+def _median_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        _synchronize(device)
+        start = time.perf_counter()
+        step()
+        _synchronize(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextlib.contextmanager
+def _model_kept(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Run in train mode; then put back buffers, gradients, modes and the random generators."""
+    buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
+    grads = [(p, p.grad) for p in model.parameters()]
+    modes = [(module, module.training) for module in model.modules()]
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            model.train()
+            for parameter, _ in grads:
+                parameter.grad = None
+            yield
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for parameter, grad in grads:
+            parameter.grad = grad
+        for module, training in modes:
+            module.training = training
