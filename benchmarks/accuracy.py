@@ -10,7 +10,8 @@ textures), rendered at 64 x 48 pixels, frames held in RAM so the loader is out o
 
 Each task is trained at two lengths (``short``: ``--epochs`` baseline epochs, a few thousand
 iterations; ``long``: ``--long-factor`` times that) by the baseline and by multigrid variants, all
-with the same tiny 3D CNN, optimizer, warm-up and step LR schedule, from the same seeds:
+with the same tiny model (``--backbone``: the 3D CNN ``tiny``, default, or the Video Swin Transformer
+``tiny_swin3d``), optimizer, warm-up and step LR schedule, from the same seeds:
 
 - ``baseline``: the base shape every iteration;
 - ``defaults``: ``MultigridCallback()`` (long + short cycle, 1.5x epochs);
@@ -209,7 +210,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-frames", type=int, default=8)
     parser.add_argument("--crop-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05, help="base LR for --batch-size clips")
-    parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem")
+    parser.add_argument(
+        "--backbone", choices=("tiny", "tiny_swin3d"), default="tiny",
+        help="tiny: the 3D CNN; tiny_swin3d: the Video Swin Transformer (LayerNorm: no BatchNorm to group)",
+    )
+    parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem (tiny_swin3d: its embedding)")
     parser.add_argument("--precise-bn-batches", type=int, default=10)
     parser.add_argument("--accelerator", default="cpu", help="cpu or gpu")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers (0: in the main process)")
@@ -260,7 +265,7 @@ def run_one(
     datamodule.use_datasets(train=data[0], val=data[1])  # the frames held in memory
     warmup, milestones = schedule_settings(setting.epochs)
     model = VideoClassifier(
-        num_classes=datamodule.num_classes, backbone="tiny", tiny_width=args.width, lr=args.lr, nesterov=False,
+        num_classes=datamodule.num_classes, backbone=args.backbone, tiny_width=args.width, lr=args.lr, nesterov=False,
         milestones=milestones, warmup_epochs=warmup, dropout_rate=0.0,
         weights=None if weights is None else str(weights),
     )
@@ -290,7 +295,7 @@ def run_one(
         full_grid = sum(c.iterations for c in counts if c.grid.num_frames == base.num_frames
                         and c.grid.crop_size == base.crop_size)
     return {
-        "task": setting.task, "length": setting.length, "variant": variant, "seed": seed,
+        "task": setting.task, "length": setting.length, "variant": variant, "seed": seed, "backbone": args.backbone,
         "baseline_epochs": setting.epochs, "epochs": trainer.current_epoch, "iterations": trainer.global_step,
         "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "cpu_seconds": clock.train_cpu_seconds,
         "top1": float(final), "test_top1": test_top1, "test_videos": len(data[2]),

@@ -1,6 +1,6 @@
 """End-to-end: baseline vs multigrid training, side by side in one run.
 
-Both runs train the same 3D CNN (`VideoClassifier`, `--backbone`, default the tiny one) from the
+Both runs train the same model (`VideoClassifier`, `--backbone`, default the tiny 3D CNN; `tiny_swin3d`: the tiny transformer) from the
 same seed on the built-in synthetic videos through `MultigridVideoDataModule`, with the same
 optimizer and step LR schedule. The baseline runs `--epochs` epochs at the base shape; multigrid adds
 `MultigridCallback` (long + short cycle, 1.5x epochs). Validation runs once after training
@@ -85,7 +85,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--crop-size", type=int, default=64)
     parser.add_argument("--sampling-rate", type=int, default=2)
     parser.add_argument("--backbone", default="tiny", help="`VideoClassifier` backbone names, comma-separated")
-    parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem")
+    parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem (tiny_swin3d: its embedding)")
     parser.add_argument("--num-train", type=int, default=240)
     parser.add_argument("--video-size", default="160x120", help="synthetic video WxH (160x120)")
     parser.add_argument("--video-frames", type=int, default=50, help="frames per synthetic video (50)")
@@ -295,7 +295,7 @@ def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[
     print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'CPU s':>8} "
           f"{'top-1':>6} {'data wait':>9}")
     for (backbone, source), pair in results.items():
-        model = f"tiny w{args.width}" if backbone == "tiny" else backbone
+        model = f"{backbone} w{args.width}" if backbone in ("tiny", "tiny_swin3d") else backbone
         for name, result in pair.items():
             print(f"{model:<10} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
                   f"{result['seconds']:>8.1f} {result['cpu_seconds']:>8.1f} {result['top1']:>6.3f} "

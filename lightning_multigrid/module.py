@@ -67,7 +67,7 @@ class VideoClassifier(pl.LightningModule):
     Args:
         num_classes: number of classes (labels, with ``multi_label``).
         backbone: a name from :data:`~lightning_multigrid.models.BACKBONES` (randomly
-            initialised: ``tiny``, ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
+            initialised: ``tiny``, ``tiny_swin3d``, ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
             ``slowfast_r50``, ``i3d_r50``, ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``), or an
             ``nn.Module`` mapping a clip to ``(N, num_classes)`` logits. A module is made
             multigrid-compatible in place and not saved in the hyper-parameters (pass it again to
@@ -86,7 +86,7 @@ class VideoClassifier(pl.LightningModule):
             warm-up. See :attr:`lr_milestones`.
         gamma: LR decay at each milestone.
         dropout_rate: dropout before the classifier of a named backbone.
-        tiny_width: stem width of the ``tiny`` backbone.
+        tiny_width: stem width of the ``tiny`` backbone, patch-embedding width of ``tiny_swin3d``.
         slowfast_alpha: frame-rate ratio of a two-pathway backbone: a ``(N, C, T, H, W)`` video
             becomes ``[video[:, :, ::alpha], video]`` (slow, fast). Default: 4 for ``slowfast_r50``,
             no split otherwise; set it for a two-pathway ``nn.Module`` backbone.

@@ -212,7 +212,7 @@ def test_preflight_rejects_invalid_arguments(kwargs: dict, match: str) -> None:
 
 
 def test_build_backbone_rejects_unknown_names() -> None:
-    with pytest.raises(ValueError, match=r"Unknown `backbone` 'resnet9000': choose one of tiny, x3d_xs, .*s3d"):
+    with pytest.raises(ValueError, match=r"Unknown `backbone` 'resnet9000': choose one of tiny, tiny_swin3d, x3d_xs, .*s3d"):
         build_backbone("resnet9000", NUM_CLASSES)
     with pytest.raises(ValueError, match="`num_classes` must be a positive integer"):
         build_backbone("tiny", 0)

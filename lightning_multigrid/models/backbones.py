@@ -18,7 +18,7 @@ from torchvision.models import video as tv_video
 from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.models.heads import make_multigrid_compatible
 
-__all__ = ["BACKBONES", "TWO_PATHWAY_BACKBONES", "TinyVideoNet", "build_backbone"]
+__all__ = ["BACKBONES", "TWO_PATHWAY_BACKBONES", "TinyVideoNet", "build_backbone", "build_tiny_swin3d"]
 
 
 def _pytorchvideo(module: str) -> ModuleType:
@@ -80,6 +80,34 @@ class TinyVideoNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool(self.features(x)).flatten(1)
         return self.fc(self.dropout(x))
+
+
+def build_tiny_swin3d(num_classes: int, width: int = 16) -> nn.Module:
+    """A small Video Swin Transformer for demos and tests: torchvision's ``SwinTransformer3d``, fast on CPU.
+
+    ``swin3d_t``'s patches (``2x4x4``) with two stages of two blocks each (the second block of a
+    stage attends in shifted windows), ``width`` and ``2 * width`` channels with one and two heads,
+    and ``2x4x4`` windows (``swin3d_t``: 96 channels, depths 2/2/6/2, ``8x7x7`` windows). Swin pads
+    the token grid to its windows and shrinks a window to a smaller grid, so it takes every grid.
+    No stochastic depth: a model this shallow needs none.
+
+    Args:
+        num_classes: output logits per clip.
+        width: channels of the patch embedding (``embed_dim``).
+
+    Input ``(N, 3, T, H, W)``, output ``(N, num_classes)`` logits.
+    """
+    for name, value in (("num_classes", num_classes), ("width", width)):
+        check_positive_int(name, value)
+    return tv_video.SwinTransformer3d(
+        patch_size=[2, 4, 4],
+        embed_dim=width,
+        depths=[2, 2],
+        num_heads=[1, 2],
+        window_size=[2, 4, 4],
+        stochastic_depth_prob=0.0,
+        num_classes=num_classes,
+    )
 
 
 def _x3d(clip_length: int, crop_size: int) -> Callable[[int, float], nn.Module]:
@@ -158,7 +186,7 @@ _BUILDERS: dict[str, Callable[[int, float], nn.Module]] = {
     "s3d": _s3d,
 }
 
-BACKBONES: tuple[str, ...] = ("tiny", *_BUILDERS)
+BACKBONES: tuple[str, ...] = ("tiny", "tiny_swin3d", *_BUILDERS)
 """Names :func:`build_backbone` accepts."""
 
 TWO_PATHWAY_BACKBONES: dict[str, int] = {"slowfast_r50": 4}
@@ -175,13 +203,14 @@ def build_backbone(
     """Build a video backbone by name, randomly initialised and multigrid-compatible.
 
     Args:
-        name: one of :data:`BACKBONES`: ``tiny`` (:class:`TinyVideoNet`); pytorchvideo's
+        name: one of :data:`BACKBONES`: ``tiny`` (:class:`TinyVideoNet`), ``tiny_swin3d``
+            (:func:`build_tiny_swin3d`); pytorchvideo's
             ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``, ``slowfast_r50``, ``i3d_r50``
             (hub hyper-parameters, logits out); torchvision's ``r3d_18``, ``mc3_18``,
             ``r2plus1d_18``, ``s3d``.
         num_classes: outputs of the classifier.
         dropout_rate: dropout before the classifier (not used by torchvision's ResNets).
-        tiny_width: stem width of ``tiny``.
+        tiny_width: stem width of ``tiny``, patch-embedding width of ``tiny_swin3d``.
 
     Returns:
         A model mapping ``(N, 3, T, H, W)`` (``[slow, fast]`` for :data:`TWO_PATHWAY_BACKBONES`)
@@ -194,6 +223,8 @@ def build_backbone(
     check_positive_int("num_classes", num_classes)
     if name == "tiny":
         model: nn.Module = TinyVideoNet(num_classes, width=tiny_width, dropout_rate=dropout_rate)
+    elif name == "tiny_swin3d":
+        model = build_tiny_swin3d(num_classes, width=tiny_width)
     elif name in _BUILDERS:
         model = _BUILDERS[name](num_classes, dropout_rate)
     else:

@@ -91,26 +91,37 @@ def make_multigrid_compatible(model: nn.Module) -> nn.Module:
     """Make ``model`` take every grid of a multigrid schedule (in place), and return it.
 
     Replaces fixed-size head pooling by adaptive pooling (see :func:`convert_head_pooling` for
-    the patterns and why output size 1 is right) and logs the replaced layers at INFO level.
-    Models that are already shape-agnostic, such as torchvision's R3D/MC3/R(2+1)D, are returned
-    unchanged.
+    the patterns and why output size 1 is right) and torchvision's ``MViT`` by a
+    :class:`~lightning_multigrid.models.mvit.MultigridMViT` over the same Parameters (token grid
+    read from the input, positional tables interpolated to it; see
+    :func:`~lightning_multigrid.models.mvit.convert_mvit`), and logs what it replaced at INFO level.
+    Models that are already shape-agnostic, such as torchvision's R3D/MC3/R(2+1)D and Swin3D
+    (which pads the token grid to its windows), are returned unchanged.
 
     Args:
         model: the model to change in place.
 
     Returns:
-        ``model`` itself.
+        ``model`` itself, or, when ``model`` is itself an ``MViT``, the ``MultigridMViT`` that
+        replaces it (same Parameters and state-dict keys): use the return value.
 
     Example::
 
         model = make_multigrid_compatible(create_resnet(model_depth=50, model_num_class=400))
         # INFO: replaced fixed-size head pooling by adaptive pooling: blocks.5.pool
     """
+    # torchvision's model zoo, loaded only when a model is converted
+    from torchvision.models.video import MViT
+
+    from lightning_multigrid.models.mvit import convert_mvit
+
     replaced = convert_head_pooling(model)
     if replaced:
         log.info("Replaced fixed-size head pooling by adaptive pooling: %s", ", ".join(replaced))
-    return model
-
+    mvits = [name or "the model" for name, module in model.named_modules() if isinstance(module, MViT)]
+    if mvits:
+        log.info("Made MViT read its token grid from the input (positional tables interpolated): %s", ", ".join(mvits))
+    return convert_mvit(model)
 
 
 def _pytorchvideo_heads() -> tuple[tuple[type[nn.Module], ...], tuple[type[nn.Module], ...]]:
