@@ -30,11 +30,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_multigrid._checks import check_positive_int
-from lightning_multigrid.config import ClipCost
+from lightning_multigrid.config import ClipCost, MultigridConfig
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
 
-__all__ = ["FLOP_BATCH_SIZE", "measure_clip_costs"]
+__all__ = ["FLOP_BATCH_SIZE", "measure_backbone_costs", "measure_clip_costs"]
 
 # Clips per FLOP count: FLOPs grow linearly with the batch, and two clips keep BatchNorm in train
 # mode defined where a layer sees one value per channel and clip.
@@ -158,3 +158,33 @@ def _model_kept(model: nn.Module, device: torch.device) -> Iterator[None]:
             parameter.grad = grad
         for module, training in modes:
             module.training = training
+
+
+def measure_backbone_costs(
+    config: MultigridConfig, backbone: str, *, tiny_width: int = 16, device: torch.device | str | None = None
+) -> tuple[ClipCost, ...]:
+    """The cost per clip of every grid of ``config`` (:meth:`~MultigridConfig.cost_grids`) for a backbone by name.
+
+    What the ``schedule`` preview measures (``--cost-model``): the backbone of
+    :func:`~lightning_multigrid.models.build_backbone`, randomly initialised (weights do not change
+    the cost). ``"flops"`` counts on the meta device (shapes only, no memory, seconds even for
+    Kinetics-size grids); ``"time"`` runs on ``device`` (default: CUDA when available, else CPU) at
+    each grid's Equation 1 batch, so it times this machine, not necessarily the one that will train.
+
+    Raises:
+        ValueError: when ``config`` sizes batches by Equation 1, or for an unknown ``backbone``.
+    """
+    from lightning_multigrid.models import TWO_PATHWAY_BACKBONES, build_backbone
+
+    method = config.options.batch_sizing
+    if method == "equation1":
+        raise ValueError("`batch_sizing`='equation1' sizes batches without measuring: pass 'flops' or 'time'.")
+    if method == "flops":
+        device = torch.device("meta")
+    elif device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.device(device):
+        model = build_backbone(backbone, num_classes=10, tiny_width=tiny_width)
+    return measure_clip_costs(
+        model, config.cost_grids(), method, slowfast_alpha=TWO_PATHWAY_BACKBONES.get(backbone), device=device
+    )
