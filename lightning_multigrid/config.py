@@ -11,7 +11,7 @@ Python, no torch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from lightning_multigrid._checks import check_bool, check_instance, check_positive_int, check_positive_number, is_number
@@ -370,6 +370,10 @@ class MultigridConfig:
     def sizes_by_cost(self) -> bool:
         """Whether batches are sized by measured cost per clip (``batch_sizing`` other than Equation 1)."""
         return self.options.batch_sizing != "equation1"
+
+    def with_equation1_batches(self) -> MultigridConfig:
+        """This config with the paper's batches (``batch_sizing='equation1'``, no costs): what the preview compares with."""
+        return replace(self, options=replace(self.options, batch_sizing="equation1"), clip_costs=())
 
     def cost_grids(self) -> tuple[GridShape, ...]:
         """Every grid a schedule of this config may train on, base grid first, each at Equation 1's batch.

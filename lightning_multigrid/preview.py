@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -202,9 +201,7 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     """
     if not config.sizes_by_cost:
         raise ValueError("`config` sizes batches by Equation 1 (`batch_sizing`='equation1'): there is no cost to show.")
-    paper = dataclasses.replace(
-        config, options=dataclasses.replace(config.options, batch_sizing="equation1"), clip_costs=()
-    )
+    paper = config.with_equation1_batches()
     options = config.options
     factors = dict.fromkeys([*(options.long_cycle_factors if options.long_cycle else ()), (1.0, 1.0)])
     cap = options.short_run.max_lr_factor if options.short_run is not None else None

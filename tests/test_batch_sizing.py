@@ -47,8 +47,7 @@ def test_stages_lr_factor_and_batchnorm_follow_the_sized_batch():
     # split 3.25 : 1 -> 7.647 and 2.353, times epoch_factor 1.5 -> cumulative end round(11.47) = 11, then 15.
     assert [(s.start_epoch, s.end_epoch) for s in schedule.stages] == [(0, 11), (11, 15)]
     # Equation 1's schedule splits 2 : 1 -> ends round(10.0) = 10, 15.
-    paper = build_schedule(dataclasses.replace(
-        TWO_SHAPES, options=dataclasses.replace(TWO_SHAPES.options, batch_sizing="equation1"), clip_costs=()))
+    paper = build_schedule(TWO_SHAPES.with_equation1_batches())
     assert [(s.start_epoch, s.end_epoch) for s in paper.stages] == [(0, 10), (10, 15)]
     assert schedule.relative_lr_at(0) == pytest.approx(3.25)
 

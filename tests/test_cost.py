@@ -3,7 +3,6 @@ batches sized by it (LR factors and BatchNorm groups following them), also after
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +113,7 @@ def test_fit_trains_on_the_cost_sized_batches(synthetic_dataset, train_manifest,
     _assert_steps_follow(model, callback)
     # The attention makes coarse clips cheaper than frames x pixels: larger batches than Equation 1's.
     config = schedule.config
-    paper = build_schedule(dataclasses.replace(
-        config, options=dataclasses.replace(config.options, batch_sizing="equation1"), clip_costs=()))
+    paper = build_schedule(config.with_equation1_batches())
     sized = {(s.shape.num_frames, s.shape.crop_size): s.shape.batch_size for s in schedule.stages}
     equation1 = {(s.shape.num_frames, s.shape.crop_size): s.shape.batch_size for s in paper.stages}
     assert sized[(2, 23)] > equation1[(2, 23)]
