@@ -8,8 +8,9 @@ some grids slower per FLOP (on CPU a 3D CNN's 2-frame grids cost 1.9x per FLOP, 
 
 - ``"flops"``: the FLOPs of one forward + backward (``torch.utils.flop_counter.FlopCounterMode``),
   per clip. Deterministic: every rank and every run count the same.
-- ``"time"``: the median wall-clock time of a forward + backward at the grid's batch, per clip, as
-  Open-Sora's batch search times each bucket. It sees what FLOPs miss (kernels slower per FLOP,
+- ``"time"``: the wall-clock time of a forward + backward at the grid's batch, per clip (the fastest
+  of a few passes: interference from other work only adds time), as Open-Sora's batch search times
+  each bucket. It sees what FLOPs miss (kernels slower per FLOP,
   memory-bound layers), but is noisy: a run measures it once and keeps it (the callback stores it in
   its checkpoint state and ranks use rank 0's).
 
@@ -20,7 +21,6 @@ gradients, its train/eval modes and the random number generators are restored. T
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
@@ -49,7 +49,7 @@ def measure_clip_costs(
     num_channels: int = 3,
     slowfast_alpha: int | None = None,
     device: torch.device | str | None = None,
-    repeats: int = 3,
+    repeats: int = 5,
     warmup: int = 1,
     context: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> tuple[ClipCost, ...]:
@@ -65,7 +65,7 @@ def measure_clip_costs(
         num_channels: input channels ``C``.
         slowfast_alpha: for a two-pathway model, the frame-rate ratio of its input split.
         device: where to run; default: the device of the model's first parameter.
-        repeats: timed forward + backward passes per grid (their median counts); ``"time"`` only.
+        repeats: timed forward + backward passes per grid (the fastest counts); ``"time"`` only.
         warmup: untimed passes first (allocator, kernel selection); ``"time"`` only.
         context: entered around each forward, e.g. the Trainer's precision (autocast) context.
 
@@ -114,12 +114,12 @@ def measure_clip_costs(
                     step()
                 cost = counter.get_total_flops() / batch_size
             else:
-                cost = _median_seconds(step, device, repeats, warmup) / batch_size
+                cost = _fastest_seconds(step, device, repeats, warmup) / batch_size
             costs.append(ClipCost(grid.num_frames, grid.crop_size, float(cost)))
     return tuple(costs)
 
 
-def _median_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int) -> float:
+def _fastest_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int) -> float:
     for _ in range(warmup):
         step()
     times = []
@@ -129,7 +129,7 @@ def _median_seconds(step: Callable[[], None], device: torch.device, repeats: int
         step()
         _synchronize(device)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 def _synchronize(device: torch.device) -> None:
