@@ -70,6 +70,9 @@ from lightning_multigrid.preview import grid_sizings
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 
 NUM_CLASSES = 10
+# The step timer: wall clock, or with --clock process this process's CPU time (on a shared CPU,
+# with --threads 1, it leaves out the time other processes take).
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -91,6 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="cost-sized batches to check: time, flops, both comma-separated, or none")
     parser.add_argument("--sizing-backbones", default="tiny,tiny_swin3d",
                         help="backbones whose cost-sized batches are checked, comma-separated")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
+                        help="step timer: wall clock, or this process's CPU time (CPU only; use with --threads 1 "
+                        "on a shared machine); the cost-sized batches' timed costs use the same")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, help="directory for step.json and step.txt")
     parser.add_argument("--smoke", action="store_true", help="tiny settings, every section, a few seconds")
@@ -157,10 +164,10 @@ class Stepper:
 
     def timed(self) -> float:
         _sync(self.device)
-        start = time.perf_counter()
+        start = CLOCK[0]()
         self.step()
         _sync(self.device)
-        return time.perf_counter() - start
+        return CLOCK[0]() - start
 
     def fastest_ms(self, repeats: int, warmup: int) -> float:
         """The fastest of ``repeats`` steps: what the callback's timed sizing measures (interference only adds time)."""
@@ -326,7 +333,7 @@ def sizing_rows(args: argparse.Namespace, base: GridShape, backbone: str, method
     convert_batchnorm(model)
     config = build(args, base, method)
     costs = measure_clip_costs(model, config.cost_grids(), cast(Any, method), device=device,
-                               repeats=args.repeats, warmup=args.warmup)
+                               repeats=args.repeats, warmup=args.warmup, clock=CLOCK[0])
     sized_config = dataclasses.replace(config, clip_costs=costs)
     sized_plans = bn_plans(build_schedule(sized_config))
     paper_plans = bn_plans(build_schedule(config.with_equation1_batches()))
@@ -389,10 +396,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.manual_seed(0)
     device = torch.device(args.device)
+    if args.clock == "process" and device.type != "cpu":
+        raise SystemExit("--clock process times this process's CPU: use it with --device cpu.")
+    CLOCK[0] = time.process_time if args.clock == "process" else time.perf_counter
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     modes = [m for m in args.compile.split(",") if m and m != "none"]
     report: dict[str, Any] = {
         "env": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-                "threads": torch.get_num_threads(), "torch": torch.__version__, "backbone": args.backbone,
+                "threads": torch.get_num_threads(), "clock": args.clock, "torch": torch.__version__,
+                "backbone": args.backbone,
                 "compile_backend": args.compile_backend},
         "bases": [],
     }

@@ -52,6 +52,7 @@ def measure_clip_costs(
     repeats: int = 5,
     warmup: int = 1,
     context: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[ClipCost, ...]:
     """The cost of one clip of each grid for ``model``: FLOPs or seconds of a forward + backward.
 
@@ -68,6 +69,8 @@ def measure_clip_costs(
         repeats: timed forward + backward passes per grid (the fastest counts); ``"time"`` only.
         warmup: untimed passes first (allocator, kernel selection); ``"time"`` only.
         context: entered around each forward, e.g. the Trainer's precision (autocast) context.
+        clock: seconds for ``"time"``: wall clock; ``time.process_time`` (this process's CPU time)
+            measures a CPU model on one thread without the time other processes take.
 
     Returns:
         One :class:`~lightning_multigrid.config.ClipCost` per distinct grid, in order: FLOPs or
@@ -114,21 +117,23 @@ def measure_clip_costs(
                     step()
                 cost = counter.get_total_flops() / batch_size
             else:
-                cost = _fastest_seconds(step, device, repeats, warmup) / batch_size
+                cost = _fastest_seconds(step, device, repeats, warmup, clock) / batch_size
             costs.append(ClipCost(grid.num_frames, grid.crop_size, float(cost)))
     return tuple(costs)
 
 
-def _fastest_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int) -> float:
+def _fastest_seconds(
+    step: Callable[[], None], device: torch.device, repeats: int, warmup: int, clock: Callable[[], float]
+) -> float:
     for _ in range(warmup):
         step()
     times = []
     for _ in range(repeats):
         _synchronize(device)
-        start = time.perf_counter()
+        start = clock()
         step()
         _synchronize(device)
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return min(times)
 
 
