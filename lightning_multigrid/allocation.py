@@ -212,13 +212,14 @@ def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: 
     """Average relative batch of a long-cycle shape over its short cycle (itself when off).
 
     As in the reference implementation, short-cycle crops enter unrounded here. With batches sized
-    by cost, the batches training uses (:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch`)
+    by cost, the batches training uses (the stage's, :func:`~lightning_multigrid.stages.build_stage`)
     over the base batch.
     """
-    num_frames, crop_size = config.grid_size(t_factor, s_factor)
     if config.sizes_by_cost:
-        sizes = [crop_size, *(config.short_cycle_crops() if config.options.short_cycle else ())]
-        return sum(config.sized_batch(num_frames, c) for c in sizes) / len(sizes) / config.batch_size
+        stage = build_stage(config, (t_factor, s_factor), 0, 1, 0)
+        cycle = stage.short_cycle or (stage.shape,)
+        return sum(grid.batch_size for grid in cycle) / len(cycle) / config.batch_size
+    num_frames, crop_size = config.grid_size(t_factor, s_factor)
     crops: list[float] = [crop_size]
     if config.options.short_cycle:
         crops = [f * config.crop_size for f in config.options.short_cycle_factors] + crops

@@ -113,8 +113,10 @@ def build_stage(
         max_lr_factor: caps the batch growth (the short-run mode).
 
     Batches follow Equation 1, or with ``config.sizes_by_cost`` each grid's measured cost
-    (:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch`), the short cycle's too; the LR
-    factor and the BatchNorm grouping follow the long-cycle batch either way.
+    (:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch`), the short cycle's too, each
+    rounded to a multiple of the stage's BatchNorm groups (a batch its groups do not divide takes
+    BatchNorm's slow path, about 1.6x: docs/benchmarks.md); the LR factor and the BatchNorm grouping
+    follow the long-cycle batch either way.
     """
     options = config.options
     num_frames, crop_size = config.grid_size(*factors)
@@ -124,9 +126,13 @@ def build_stage(
         batch_size = config.sized_batch(num_frames, crop_size)
         if max_lr_factor is not None:
             batch_size = min(batch_size, config.batch_size * max_lr_factor)
+        splits = _plan_batchnorm(config, batch_size, batch_size / config.batch_size).num_splits
+        batch_size, *short_batches = (
+            max(splits, splits * round(batch / splits))
+            for batch in (batch_size, *(config.sized_batch(num_frames, short_crop) for short_crop in short_crops))
+        )
         lr_factor = batch_size / config.batch_size
         shape = GridShape(batch_size, num_frames, crop_size)
-        short_batches = [config.sized_batch(num_frames, short_crop) for short_crop in short_crops]
     else:
         lr_factor = config.relative_batch(num_frames, crop_size)
         if max_lr_factor is not None:
@@ -145,11 +151,14 @@ def build_stage(
         shape=shape,
         lr_factor=lr_factor,
         short_cycle=short_cycle,
-        bn=plan_batchnorm(
-            shape.batch_size,
-            round(options.bn_base_size * (lr_factor if options.scale_bn_base_size else 1)),
-            config.devices,
-        ),
+        bn=_plan_batchnorm(config, shape.batch_size, lr_factor),
         sampling_rate=config.clip_sampling.sampling_rate_range_for(num_frames, config.num_frames),
         fine_tuning=fine_tuning,
     )
+
+
+def _plan_batchnorm(config: MultigridConfig, batch_size: int, lr_factor: float) -> BNPlan:
+    """The BatchNorm grouping of a long-cycle batch (``bn_base_size`` scaled by ``lr_factor`` where asked)."""
+    options = config.options
+    bn_base_size = round(options.bn_base_size * (lr_factor if options.scale_bn_base_size else 1))
+    return plan_batchnorm(batch_size, bn_base_size, config.devices)

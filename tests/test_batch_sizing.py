@@ -22,7 +22,7 @@ TWO_SHAPES = MultigridConfig(
     base=GridShape(batch_size=4, num_frames=8, crop_size=32),
     max_epochs=10,
     options=MultigridOptions(
-        long_cycle_factors=((0.5, 1.0), (1.0, 1.0)), short_cycle=False, bn_base_size=4, batch_sizing="flops"
+        long_cycle_factors=((0.5, 1.0), (1.0, 1.0)), short_cycle=False, bn_base_size=16, batch_sizing="flops"
     ),
     clip_costs=(ClipCost(8, 32, 2.0), ClipCost(4, 32, 0.6)),
 )
@@ -36,13 +36,12 @@ def test_sized_batch_is_the_base_batch_over_the_relative_cost():
     assert TWO_SHAPES.relative_batch(4, 32) == 2
 
 
-def test_stages_lr_factor_and_batchnorm_follow_the_sized_batch():
+def test_stages_lr_factor_and_epochs_follow_the_sized_batch():
     schedule = build_schedule(TWO_SHAPES)
     coarse, base = schedule.stages
     assert coarse.shape == GridShape(13, 4, 32) and base.shape == GridShape(4, 8, 32)
     assert coarse.lr_factor == pytest.approx(13 / 4) and base.lr_factor == 1
-    # BatchNorm over groups of about bn_base_size=4 clips: round(13 / 4) = 3 splits (Equation 1's 8: 2).
-    assert coarse.bn == BNPlan("split", num_splits=3) and base.bn == BNPlan()
+    assert coarse.bn == base.bn == BNPlan()  # 13 and 4 clips: under bn_base_size=16 on one device
     # Epochs follow the average batch, so each shape gets the same iterations: 10 baseline epochs
     # split 3.25 : 1 -> 7.647 and 2.353, times epoch_factor 1.5 -> cumulative end round(11.47) = 11, then 15.
     assert [(s.start_epoch, s.end_epoch) for s in schedule.stages] == [(0, 11), (11, 15)]
@@ -50,6 +49,25 @@ def test_stages_lr_factor_and_batchnorm_follow_the_sized_batch():
     paper = build_schedule(TWO_SHAPES.with_equation1_batches())
     assert [(s.start_epoch, s.end_epoch) for s in paper.stages] == [(0, 10), (10, 15)]
     assert schedule.relative_lr_at(0) == pytest.approx(3.25)
+
+
+def test_batchnorm_groups_follow_the_sized_batch_and_divide_it():
+    config = dataclasses.replace(TWO_SHAPES, options=dataclasses.replace(TWO_SHAPES.options, bn_base_size=4))
+    coarse, base = build_schedule(config).stages
+    # 13 clips over groups of about bn_base_size=4: round(13 / 4) = 3 groups (Equation 1's 8 clips: 2);
+    # the batch is rounded to a multiple of them, 3 * round(13 / 3) = 12, so every group has 4 clips.
+    assert coarse.bn == BNPlan("split", num_splits=3) and base.bn == BNPlan()
+    assert coarse.shape.batch_size == 12 and coarse.lr_factor == 3
+    # The short cycle keeps the long cycle's groups: its batches are rounded to multiples of them too.
+    config = MultigridConfig(
+        base=GridShape(4, 8, 32), max_epochs=10,
+        options=MultigridOptions(long_cycle_factors=((0.5, 1.0), (1.0, 1.0)), bn_base_size=4, batch_sizing="flops"),
+        clip_costs=(ClipCost(8, 32, 1.0), ClipCost(8, 16, 0.2), ClipCost(8, 23, 0.45),
+                    ClipCost(4, 32, 0.3), ClipCost(4, 16, 0.1), ClipCost(4, 23, 0.2)),
+    )
+    coarse = build_schedule(config).stages[0]
+    # round(4 / 0.1) = 40, round(4 / 0.2) = 20, 12 as above (3 groups): 3 * round(40 / 3) = 39, 3 * round(20 / 3) = 21.
+    assert [g.batch_size for g in coarse.short_cycle] == [39, 21, 12] and coarse.bn.num_splits == 3
 
 
 def test_short_cycle_batches_are_sized_by_their_own_cost():
