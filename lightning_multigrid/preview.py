@@ -297,7 +297,8 @@ def format_table(
 
     With ``dataset_size``, also a table of the iterations and clips per device of each distinct
     grid, the full-grid warning of :func:`full_grid_warning` when it applies, and the regime
-    (:func:`describe_regime`, given ``pretrained``). The BN column says what training does: the
+    (:func:`describe_regime`, given ``pretrained``). With batches sized by cost, also each grid's
+    Equation 1 batch beside its cost-sized one (:func:`format_sizing`). The BN column says what training does: the
     schedule's grouping, or "model's own" where the model's BatchNorm is left as it is (no long
     cycle, or the callback's ``convert_batchnorm=False``).
     """
