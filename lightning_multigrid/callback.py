@@ -330,7 +330,7 @@ class MultigridCallback(Callback):
 
     def _measure_clip_costs(self, trainer: pl.Trainer, pl_module: pl.LightningModule, config: MultigridConfig) -> MultigridConfig:
         """``config`` with each grid's measured cost per clip: rank 0's, so every rank builds the same schedule."""
-        from lightning_multigrid.cost import measure_clip_costs
+        from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
 
         datamodule = trainer.datamodule
         grids = config.cost_grids()
@@ -343,7 +343,11 @@ class MultigridCallback(Callback):
             pl_module, grids, method, slowfast_alpha=alpha, device=pl_module.device,
             context=trainer.precision_plugin.forward_context,
         )
-        return dataclasses.replace(config, clip_costs=trainer.strategy.broadcast(costs, src=0))
+        config = dataclasses.replace(config, clip_costs=trainer.strategy.broadcast(costs, src=0))
+        warning = implausible_costs_warning(config)
+        if warning is not None:
+            rank_zero_warn(f"multigrid: {warning}")
+        return config
 
     def _preflight(self, pl_module: pl.LightningModule, datamodule: GridDataModule, grids: tuple[GridShape, ...]) -> None:
         from lightning_multigrid.models import preflight

@@ -34,7 +34,7 @@ from lightning_multigrid.config import ClipCost, MultigridConfig
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
 
-__all__ = ["FLOP_BATCH_SIZE", "measure_backbone_costs", "measure_clip_costs"]
+__all__ = ["FLOP_BATCH_SIZE", "implausible_costs_warning", "measure_backbone_costs", "measure_clip_costs"]
 
 # Clips per FLOP count: FLOPs grow linearly with the batch, and two clips keep BatchNorm in train
 # mode defined where a layer sees one value per channel and clip.
@@ -192,4 +192,27 @@ def measure_backbone_costs(
         model = build_backbone(backbone, num_classes=10, tiny_width=tiny_width)
     return measure_clip_costs(
         model, config.cost_grids(), method, slowfast_alpha=TWO_PATHWAY_BACKBONES.get(backbone), device=device
+    )
+
+
+def implausible_costs_warning(config: MultigridConfig) -> str | None:
+    """A warning when a grid smaller than the base (fewer frames x pixels) measured at least a base clip's cost.
+
+    No model makes a smaller clip cost more: a timed measurement disturbed by other work on the
+    machine does, and the grid would train at a batch of about ``B`` or fewer clips. ``None`` otherwise.
+    """
+    base_size = config.num_frames * config.crop_size**2
+    odd = {
+        (c.num_frames, c.crop_size): config.relative_cost(c.num_frames, c.crop_size)
+        for c in config.clip_costs
+        if c.num_frames * c.crop_size**2 < base_size and config.relative_cost(c.num_frames, c.crop_size) >= 1
+    }
+    if not odd:
+        return None
+    listed = ", ".join(f"{t} x {s} ({cost:.2f}x, {config.sized_batch(t, s)} clips)" for (t, s), cost in odd.items())
+    return (
+        f"`batch_sizing`={config.options.batch_sizing!r} measured grids smaller than the base grid "
+        f"({config.num_frames} x {config.crop_size}) at a base clip's cost or more: {listed} (frames x crop). "
+        "Other work on the machine probably disturbed the measurement. Measure on a quiet machine, or use "
+        "`batch_sizing`='flops' (deterministic)."
     )

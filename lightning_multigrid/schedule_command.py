@@ -146,10 +146,14 @@ def _with_clip_costs(config: MultigridConfig, cost_model: str | None) -> Multigr
     """``config`` with its grids' costs measured for ``--cost-model`` when batches are sized by cost."""
     if not config.sizes_by_cost:
         return config
-    from lightning_multigrid.cost import measure_backbone_costs  # torch: only when asked for
+    from lightning_multigrid.cost import implausible_costs_warning, measure_backbone_costs  # torch: only when asked for
 
     assert cost_model is not None  # checked in run_schedule
-    return dataclasses.replace(config, clip_costs=measure_backbone_costs(config, cost_model))
+    config = dataclasses.replace(config, clip_costs=measure_backbone_costs(config, cost_model))
+    warning = implausible_costs_warning(config)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+    return config
 
 
 def run_schedule(args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@ batches sized by it (LR factors and BatchNorm groups following them), also after
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import torch
 from torch import nn
 
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
-from lightning_multigrid.cost import measure_clip_costs
+from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions
+from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models import build_backbone
 from lightning_multigrid.schedule import build_schedule
@@ -44,6 +45,18 @@ def test_flops_follow_frames_x_pixels_for_a_convolution_and_leave_the_model_as_i
 def test_time_is_seconds_per_clip():
     costs = measure_clip_costs(build_backbone("tiny", 4, tiny_width=4), CONFIG.cost_grids()[:2], "time", repeats=1, warmup=0)
     assert all(0 < c.cost_per_clip < 10 for c in costs)
+
+
+def test_a_smaller_grid_at_a_base_clips_cost_is_flagged():
+    config = dataclasses.replace(CONFIG, clip_costs=tuple(
+        ClipCost(g.num_frames, g.crop_size, 1.2 if (g.num_frames, g.crop_size) == (2, 23) else 0.5)
+        for g in CONFIG.cost_grids()
+    ))
+    # 2 x 23 at 1.2 / 0.5 = 2.4 base clips' cost: round(2 / 2.4) = 1 clip.
+    assert "2 x 23 (2.40x, 1 clips)" in (implausible_costs_warning(config) or "")
+    plausible = dataclasses.replace(CONFIG, clip_costs=tuple(ClipCost(g.num_frames, g.crop_size, 1.0) for g in CONFIG.cost_grids()[:1])
+                                    + tuple(ClipCost(g.num_frames, g.crop_size, 0.5) for g in CONFIG.cost_grids()[1:]))
+    assert implausible_costs_warning(plausible) is None
 
 
 def test_unknown_method_is_refused():
