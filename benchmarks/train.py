@@ -292,12 +292,12 @@ def cpu_seconds() -> float:
 def print_results(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, dict[str, Any]]], data: str) -> None:
     print(f"\nbaseline vs multigrid, base {args.batch_size} x {args.num_frames} x {args.crop_size}, "
           f"LR {args.lr:g}, {args.precision}, {data}, on {device_name(args)}")
-    print(f"{'model':<10} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'CPU s':>8} "
+    print(f"{'model':<14} {'source':<10} {'run':<10} {'epochs':>6} {'iterations':>10} {'train s':>8} {'CPU s':>8} "
           f"{'top-1':>6} {'data wait':>9}")
     for (backbone, source), pair in results.items():
         model = f"{backbone} w{args.width}" if backbone in ("tiny", "tiny_swin3d") else backbone
         for name, result in pair.items():
-            print(f"{model:<10} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
+            print(f"{model:<14} {source:<10} {name:<10} {result['epochs']:>6} {result['iterations']:>10} "
                   f"{result['seconds']:>8.1f} {result['cpu_seconds']:>8.1f} {result['top1']:>6.3f} "
                   f"{result['data_wait_share']:>9.0%}")
     for (backbone, source), pair in results.items():

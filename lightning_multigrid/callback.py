@@ -18,6 +18,7 @@ from typing import Any
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
+from torch.nn.modules.batchnorm import _BatchNorm
 from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
@@ -365,7 +366,10 @@ class MultigridCallback(Callback):
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
         pretrained = pl_module.pretrained if isinstance(pl_module, PretrainedModule) else None
         dataset_size = size if isinstance(size, int) and size > 0 else None
-        return "Multigrid schedule\n" + format_table(self.schedule, dataset_size, self.convert_batchnorm, pretrained)
+        has_batchnorm = any(isinstance(module, _BatchNorm) for module in pl_module.modules())
+        return "Multigrid schedule\n" + format_table(
+            self.schedule, dataset_size, self.convert_batchnorm, pretrained, has_batchnorm=has_batchnorm
+        )
 
     # ------------------------------------------------------------- training
 

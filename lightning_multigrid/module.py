@@ -68,7 +68,8 @@ class VideoClassifier(pl.LightningModule):
         num_classes: number of classes (labels, with ``multi_label``).
         backbone: a name from :data:`~lightning_multigrid.models.BACKBONES` (randomly
             initialised: ``tiny``, ``tiny_swin3d``, ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
-            ``slowfast_r50``, ``i3d_r50``, ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``), or an
+            ``slowfast_r50``, ``i3d_r50``, ``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``, the
+            transformers ``swin3d_t``, ``mvit_v1_b``, ``mvit_v2_s``), or an
             ``nn.Module`` mapping a clip to ``(N, num_classes)`` logits. A module is made
             multigrid-compatible in place and not saved in the hyper-parameters (pass it again to
             ``load_from_checkpoint``).
@@ -92,7 +93,8 @@ class VideoClassifier(pl.LightningModule):
             no split otherwise; set it for a two-pathway ``nn.Module`` backbone.
         weights: pretrained weights for the backbone, loaded here (errors come now, not at fit):
             a torchvision name for its video models (``"KINETICS400_V1"`` for ``r3d_18``,
-            ``mc3_18``, ``r2plus1d_18``, ``s3d``; ``"DEFAULT"``), ``"KINETICS400"`` (the
+            ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``swin3d_t``, ``mvit_v1_b``, ``mvit_v2_s``;
+            ``"DEFAULT"``), ``"KINETICS400"`` (the
             pytorchvideo hub's checkpoint) for ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``,
             ``slowfast_r50``, ``i3d_r50``, or the path of a state-dict or checkpoint file (also for
             an ``nn.Module`` backbone). Names download once into ``torch.hub``'s cache. The

@@ -292,6 +292,7 @@ def format_table(
     dataset_size: int | None = None,
     convert_batchnorm: bool = True,
     pretrained: bool | None = None,
+    has_batchnorm: bool = True,
 ) -> str:
     """A readable table, one row per stage, and a summary line.
 
@@ -300,7 +301,8 @@ def format_table(
     (:func:`describe_regime`, given ``pretrained``). With batches sized by cost, also each grid's
     Equation 1 batch beside its cost-sized one (:func:`format_sizing`). The BN column says what training does: the
     schedule's grouping, or "model's own" where the model's BatchNorm is left as it is (no long
-    cycle, or the callback's ``convert_batchnorm=False``).
+    cycle, or the callback's ``convert_batchnorm=False``), or "none" with a note when the model has
+    no BatchNorm (``has_batchnorm=False``: a transformer's LayerNorm needs no conversion).
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -308,7 +310,9 @@ def format_table(
         shape = stage.shape
         short = " ".join(f"{g.batch_size}@{g.crop_size}" for g in stage.short_cycle) or "-"
         bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
-        if not (schedule.config.options.long_cycle and convert_batchnorm):
+        if not has_batchnorm:
+            bn = dict.fromkeys(bn, "none")
+        elif not (schedule.config.options.long_cycle and convert_batchnorm):
             bn = dict.fromkeys(bn, "model's own")  # training leaves the model's BatchNorm as it is
         low, high = stage.sampling_rate
         rows.append(
@@ -323,6 +327,8 @@ def format_table(
             )
         )
     lines = table_lines(rows)
+    if not has_batchnorm:
+        lines.append("BN: the model has no BatchNorm, nothing to group (LayerNorm needs no conversion).")
     config = schedule.config
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
     if config.options.short_run is not None:

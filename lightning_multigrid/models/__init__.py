@@ -5,7 +5,8 @@ backbones by name.
 - :mod:`~lightning_multigrid.models.preflight`: :func:`preflight`, one tiny forward per grid;
 - :mod:`~lightning_multigrid.models.pathways`: :func:`slowfast_pathways`, the one ``[slow, fast]`` split;
 - :mod:`~lightning_multigrid.models.backbones`: :func:`build_backbone`, :class:`TinyVideoNet`;
-- :mod:`~lightning_multigrid.models.weights`: :func:`load_weights`, pretrained weights by name or file.
+- :mod:`~lightning_multigrid.models.weights`: :func:`load_weights`, pretrained weights by name or file;
+- :mod:`~lightning_multigrid.models.mvit`: :class:`MultigridMViT`, torchvision's MViT at any frames and crop.
 
 The backbones and weights (which load torchvision's model zoo) are imported on first use: the data
 pipeline imports :mod:`~lightning_multigrid.models.pathways` (torch only) and must not pay for them.
@@ -23,7 +24,14 @@ from lightning_multigrid.models.pathways import check_slowfast_alpha, slowfast_p
 from lightning_multigrid.models.preflight import FixedHeadPoolWarning, preflight
 
 if TYPE_CHECKING:
-    from lightning_multigrid.models.backbones import BACKBONES, TWO_PATHWAY_BACKBONES, TinyVideoNet, build_backbone
+    from lightning_multigrid.models.backbones import (
+        BACKBONES,
+        TWO_PATHWAY_BACKBONES,
+        TinyVideoNet,
+        build_backbone,
+        build_tiny_swin3d,
+    )
+    from lightning_multigrid.models.mvit import MultigridMViT, convert_mvit
     from lightning_multigrid.models.weights import LoadedWeights, classifier_keys, load_weights, weights_names
 
 # name -> module that defines it, imported on first access.
@@ -32,6 +40,9 @@ _LAZY = {
     "TWO_PATHWAY_BACKBONES": "lightning_multigrid.models.backbones",
     "TinyVideoNet": "lightning_multigrid.models.backbones",
     "build_backbone": "lightning_multigrid.models.backbones",
+    "build_tiny_swin3d": "lightning_multigrid.models.backbones",
+    "MultigridMViT": "lightning_multigrid.models.mvit",
+    "convert_mvit": "lightning_multigrid.models.mvit",
     "LoadedWeights": "lightning_multigrid.models.weights",
     "classifier_keys": "lightning_multigrid.models.weights",
     "load_weights": "lightning_multigrid.models.weights",
@@ -43,11 +54,14 @@ __all__ = [
     "TWO_PATHWAY_BACKBONES",
     "FixedHeadPoolWarning",
     "LoadedWeights",
+    "MultigridMViT",
     "TinyVideoNet",
     "build_backbone",
+    "build_tiny_swin3d",
     "check_slowfast_alpha",
     "classifier_keys",
     "convert_head_pooling",
+    "convert_mvit",
     "find_fixed_head_pools",
     "load_weights",
     "make_multigrid_compatible",

@@ -171,6 +171,14 @@ def _s3d(num_classes: int, dropout_rate: float) -> nn.Module:
     return tv_video.s3d(weights=None, num_classes=num_classes, dropout=dropout_rate)
 
 
+def _mvit(builder: Callable[..., nn.Module]) -> Callable[[int, float], nn.Module]:
+    def build(num_classes: int, dropout_rate: float) -> nn.Module:
+        # MViT's `dropout` is the one before its classifier.
+        return builder(weights=None, num_classes=num_classes, dropout=dropout_rate)
+
+    return build
+
+
 # name -> builder(num_classes, dropout_rate). Hyper-parameters follow pytorchvideo's hub
 # definitions (pytorchvideo/models/hub/*.py) and torchvision's, without pretrained weights.
 _BUILDERS: dict[str, Callable[[int, float], nn.Module]] = {
@@ -184,6 +192,9 @@ _BUILDERS: dict[str, Callable[[int, float], nn.Module]] = {
     "mc3_18": _torchvision(tv_video.mc3_18),
     "r2plus1d_18": _torchvision(tv_video.r2plus1d_18),
     "s3d": _s3d,
+    "swin3d_t": _torchvision(tv_video.swin3d_t),
+    "mvit_v1_b": _mvit(tv_video.mvit_v1_b),
+    "mvit_v2_s": _mvit(tv_video.mvit_v2_s),
 }
 
 BACKBONES: tuple[str, ...] = ("tiny", "tiny_swin3d", *_BUILDERS)
@@ -207,9 +218,10 @@ def build_backbone(
             (:func:`build_tiny_swin3d`); pytorchvideo's
             ``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``, ``slowfast_r50``, ``i3d_r50``
             (hub hyper-parameters, logits out); torchvision's ``r3d_18``, ``mc3_18``,
-            ``r2plus1d_18``, ``s3d``.
+            ``r2plus1d_18``, ``s3d`` and the transformers ``swin3d_t``, ``mvit_v1_b``, ``mvit_v2_s``
+            (MViT as :class:`~lightning_multigrid.models.mvit.MultigridMViT`: any frames and crop).
         num_classes: outputs of the classifier.
-        dropout_rate: dropout before the classifier (not used by torchvision's ResNets).
+        dropout_rate: dropout before the classifier (not used by torchvision's ResNets and Swin3D).
         tiny_width: stem width of ``tiny``, patch-embedding width of ``tiny_swin3d``.
 
     Returns:

@@ -148,7 +148,8 @@ def _output_shape(
             f"The model cannot take grid {grid[0]}x{grid[1]} (frames x crop): input {_describe(inputs)} "
             f"failed in {where}: {error}. Make that layer shape-agnostic (adaptive pooling "
             "instead of a fixed kernel or a fixed-size Linear; `make_multigrid_compatible` does "
-            "this for pytorchvideo heads), or change the schedule so this grid is not used."
+            "this for pytorchvideo heads, and for torchvision's MViT reads the token grid from the "
+            "input), or change the schedule so this grid is not used."
         ) from error
     if not isinstance(output, torch.Tensor):
         raise ValueError(

@@ -7,8 +7,9 @@ where multigrid's published small-data results come from (Charades, Something-So
 
 Names download once into the framework's cache (``torch.hub.get_dir()``, ``$TORCH_HOME``):
 
-- torchvision's video models (``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``): the members of
-  their ``Weights`` enum, e.g. ``"KINETICS400_V1"`` or ``"DEFAULT"``;
+- torchvision's video models (``r3d_18``, ``mc3_18``, ``r2plus1d_18``, ``s3d``, ``swin3d_t``,
+  ``mvit_v1_b``, ``mvit_v2_s``): the members of their ``Weights`` enum, e.g. ``"KINETICS400_V1"``
+  or ``"DEFAULT"`` (MViT's load into the ``MultigridMViT`` unchanged: same state-dict keys);
 - pytorchvideo's (``x3d_xs``, ``x3d_s``, ``x3d_m``, ``slow_r50``, ``slowfast_r50``, ``i3d_r50``):
   ``"KINETICS400"``, the checkpoint of its model hub (``pytorchvideo.models.hub``).
 
@@ -40,7 +41,7 @@ __all__ = ["LoadedWeights", "classifier_keys", "load_weights", "weights_names"]
 
 log = logging.getLogger(__name__)
 
-_TORCHVISION = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d")
+_TORCHVISION = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "swin3d_t", "mvit_v1_b", "mvit_v2_s")
 # backbone -> (module of pytorchvideo.models.hub, key of its `checkpoint_paths`)
 _PYTORCHVIDEO_HUB: dict[str, tuple[str, str]] = {
     "x3d_xs": ("x3d", "x3d_xs"),
