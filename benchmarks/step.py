@@ -19,9 +19,18 @@ Then the callback's own time per step: a real ``Trainer`` fits the tiny model on
 with ``MultigridCallback`` on and with ``enabled=False`` (same run), timing its hooks and its LR
 hooks around the optimizer step; the share is of a base-grid eager step.
 
+Then batches sized by measured cost (``--batch-sizing``, for each of ``--sizing-backbones``, default
+the tiny CNN and the tiny transformer): each grid's cost per clip measured as the callback measures
+it when fitting starts (:func:`lightning_multigrid.cost.measure_clip_costs`), the schedule built from
+it, and every grid's eager step timed (the fastest of ``--repeats``) at Equation 1's batch and at the
+cost-sized batch, relative to the base iteration (target: every cost-sized iteration within 15% of
+the base iteration's).
+
     python benchmarks/step.py                                   # demo 8x8x64 and fine-tuning 8x8x32, CPU
     python benchmarks/step.py --base 8x16x112 --backbone r3d_18 --compile dynamic
     python benchmarks/step.py --smoke --out /tmp/step           # seconds; what the test suite runs
+    python benchmarks/step.py --compile none --callback-steps 0 --repeats 20 --batch-sizing time,flops
+                                                                # cost-sized batches only (and the grid table)
 
 Prints one table per base shape (and JSON with ``--out``). Timings are only meaningful on an idle
 machine; CUDA is used when available (``--device``).
@@ -31,13 +40,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -48,16 +58,21 @@ from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_li
 from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.config import BatchSizing, MultigridConfig, MultigridOptions
+from lightning_multigrid.cost import measure_clip_costs
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
 from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
+from lightning_multigrid.preview import grid_sizings
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 
 NUM_CLASSES = 10
+# The step timer: wall clock, or with --clock process this process's CPU time (on a shared CPU,
+# with --threads 1, it leaves out the time other processes take).
+CLOCK: list[Callable[[], float]] = [time.perf_counter]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -75,6 +90,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compile-backend", default="inductor")
     parser.add_argument("--callback-steps", type=int, default=1000,
                         help="about this many steps of each callback fit (0: skip)")
+    parser.add_argument("--batch-sizing", default="time",
+                        help="cost-sized batches to check: time, flops, both comma-separated, or none")
+    parser.add_argument("--sizing-backbones", default="tiny,tiny_swin3d",
+                        help="backbones whose cost-sized batches are checked, comma-separated")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
+                        help="step timer: wall clock, or this process's CPU time (CPU only; use with --threads 1 "
+                        "on a shared machine); the cost-sized batches' timed costs use the same")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, help="directory for step.json and step.txt")
     parser.add_argument("--smoke", action="store_true", help="tiny settings, every section, a few seconds")
@@ -82,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke:
         args.base, args.epochs, args.milestones, args.width = "2x4x16", 4, [3], 2
         args.repeats, args.warmup, args.callback_steps, args.compile_backend = 1, 0, 12, "eager"
+        args.batch_sizing = "flops"  # timed costs of 16-pixel grids at 2 clips are noise: a grid may get 1 clip
     return args
 
 
@@ -93,15 +117,17 @@ def parse_shape(text: str) -> GridShape:
     return GridShape(batch, frames, crop)
 
 
-def build(args: argparse.Namespace, base: GridShape) -> MultigridSchedule:
-    return build_schedule(MultigridConfig(
+def build(args: argparse.Namespace, base: GridShape, batch_sizing: BatchSizing = "equation1") -> MultigridConfig:
+    return MultigridConfig(
         base=base,
         max_epochs=args.epochs,
         milestones=tuple(args.milestones),
         sampling_rate=2,
         devices=1,
-        options=MultigridOptions(long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle),
-    ))
+        options=MultigridOptions(
+            long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle, batch_sizing=batch_sizing
+        ),
+    )
 
 
 def bn_plans(schedule: MultigridSchedule) -> dict[GridShape, BNPlan]:
@@ -138,10 +164,16 @@ class Stepper:
 
     def timed(self) -> float:
         _sync(self.device)
-        start = time.perf_counter()
+        start = CLOCK[0]()
         self.step()
         _sync(self.device)
-        return time.perf_counter() - start
+        return CLOCK[0]() - start
+
+    def fastest_ms(self, repeats: int, warmup: int) -> float:
+        """The fastest of ``repeats`` steps: what the callback's timed sizing measures (interference only adds time)."""
+        for _ in range(warmup):
+            self.step()
+        return 1000 * min(self.timed() for _ in range(max(1, repeats)))
 
     def median_ms(self, repeats: int, warmup: int) -> float:
         for _ in range(warmup):
@@ -289,6 +321,60 @@ def callback_cost(args: argparse.Namespace, base: GridShape) -> dict[str, float]
     return result
 
 
+# ------------------------------------------------------------------ cost-sized batches
+
+SIZING_TARGET = 0.15  # every cost-sized iteration within 15% of the base iteration's time
+
+
+def sizing_rows(args: argparse.Namespace, base: GridShape, backbone: str, method: BatchSizing,
+                device: torch.device) -> dict[str, Any]:
+    """Each grid's step time at Equation 1's batch and at the cost-sized batch, relative to the base iteration."""
+    model = VideoClassifier(num_classes=NUM_CLASSES, backbone=backbone, tiny_width=args.width).to(device)
+    convert_batchnorm(model)
+    config = build(args, base, method)
+    costs = measure_clip_costs(model, config.cost_grids(), cast(Any, method), device=device,
+                               repeats=args.repeats, warmup=args.warmup, clock=CLOCK[0])
+    sized_config = dataclasses.replace(config, clip_costs=costs)
+    sized_plans = bn_plans(build_schedule(sized_config))
+    paper_plans = bn_plans(build_schedule(config.with_equation1_batches()))
+
+    def step_ms(grid: GridShape, plans: dict[GridShape, BNPlan]) -> float:
+        apply_bn_plan(model, plans.get(grid, BNPlan()))
+        return Stepper(model, grid, device).fastest_ms(args.repeats, args.warmup)
+
+    base_ms = step_ms(base, sized_plans)
+    rows = []
+    for g in grid_sizings(sized_config):
+        paper_ms = step_ms(GridShape(g.equation1_batch, g.num_frames, g.crop_size), paper_plans)
+        sized_ms = step_ms(GridShape(g.sized_batch, g.num_frames, g.crop_size), sized_plans)
+        rows.append({
+            "grid": f"{g.num_frames} x {g.crop_size}", "relative_cost": g.relative_cost,
+            "equation1_batch": g.equation1_batch, "equation1_ms": paper_ms, "equation1_rel": paper_ms / base_ms,
+            "sized_batch": g.sized_batch, "sized_ms": sized_ms, "sized_rel": sized_ms / base_ms,
+        })
+    return {
+        "backbone": backbone, "method": method, "base_ms": base_ms, "grids": rows,
+        "equation1_max_deviation": max(abs(r["equation1_rel"] - 1) for r in rows),
+        "sized_max_deviation": max(abs(r["sized_rel"] - 1) for r in rows),
+    }
+
+
+def sizing_table(entry: dict[str, Any]) -> list[str]:
+    lines = [["grid (frames x crop)", "cost/clip rel.", "Eq. 1 batch", "Eq. 1 ms", "Eq. 1 rel.",
+              "sized batch", "sized ms", "sized rel.", "within 15%"]]
+    for r in entry["grids"]:
+        lines.append([r["grid"], f"{r['relative_cost']:.3f}", str(r["equation1_batch"]), f"{r['equation1_ms']:.2f}",
+                      f"{r['equation1_rel']:.2f}", str(r["sized_batch"]), f"{r['sized_ms']:.2f}", f"{r['sized_rel']:.2f}",
+                      "yes" if abs(r["sized_rel"] - 1) <= SIZING_TARGET else "NO"])
+    return [
+        f"cost-sized batches by {entry['method']}, {entry['backbone']}: step time per iteration relative to the "
+        f"base iteration ({entry['base_ms']:.2f} ms)",
+        *table_lines(lines),
+        f"largest deviation from the base iteration: Equation 1 {entry['equation1_max_deviation']:.0%}, "
+        f"cost-sized {entry['sized_max_deviation']:.0%} (target {SIZING_TARGET:.0%})",
+    ]
+
+
 # ------------------------------------------------------------------------ report
 
 
@@ -310,16 +396,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.manual_seed(0)
     device = torch.device(args.device)
+    if args.clock == "process" and device.type != "cpu":
+        raise SystemExit("--clock process times this process's CPU: use it with --device cpu.")
+    CLOCK[0] = time.process_time if args.clock == "process" else time.perf_counter
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     modes = [m for m in args.compile.split(",") if m and m != "none"]
     report: dict[str, Any] = {
         "env": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-                "threads": torch.get_num_threads(), "torch": torch.__version__, "backbone": args.backbone,
+                "threads": torch.get_num_threads(), "clock": args.clock, "torch": torch.__version__,
+                "backbone": args.backbone,
                 "compile_backend": args.compile_backend},
         "bases": [],
     }
     text = []
     for base in (parse_shape(b) for b in args.base.split(",")):
-        schedule = build(args, base)
+        schedule = build_schedule(build(args, base))
         rows = measure_grids(args, schedule, device)
         entry: dict[str, Any] = {"base": f"{base.batch_size} x {base.num_frames} x {base.crop_size}", "grids": rows}
         text += [f"base {entry['base']}, {args.backbone}, {device}", *table(rows, modes)]
@@ -331,6 +423,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry["callback"] = cost
             text.append(f"callback: {cost['on_us']:.0f} us/step on, {cost['off_us']:.0f} us/step off: "
                         f"{cost['share_of_base_step']:.2%} of a base-grid step")
+        methods = [m for m in args.batch_sizing.split(",") if m and m != "none"]
+        entry["batch_sizing"] = []
+        for backbone in (b for b in args.sizing_backbones.split(",") if b) if methods else ():
+            for method in methods:
+                sizing = sizing_rows(args, base, backbone, cast(BatchSizing, method), device)
+                entry["batch_sizing"].append(sizing)
+                text += ["", *sizing_table(sizing)]
         text.append("")
         report["bases"].append(entry)
     print("\n".join(text))

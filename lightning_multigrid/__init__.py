@@ -19,6 +19,8 @@ _LAZY = {
     "MultigridConfig": "lightning_multigrid.config",
     "MultigridOptions": "lightning_multigrid.config",
     "ShortRun": "lightning_multigrid.config",
+    "ClipCost": "lightning_multigrid.config",
+    "measure_clip_costs": "lightning_multigrid.cost",
     "BNPlan": "lightning_multigrid.stages",
     "Stage": "lightning_multigrid.stages",
     "ShortScheduleWarning": "lightning_multigrid.allocation",

@@ -213,8 +213,14 @@ def _minimum_epochs(piece: _Piece) -> int:
 def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: float) -> float:
     """Average relative batch of a long-cycle shape over its short cycle (itself when off).
 
-    As in the reference implementation, short-cycle crops enter unrounded here.
+    As in the reference implementation, short-cycle crops enter unrounded here. With batches sized
+    by cost, the batches training uses (the stage's, :func:`~lightning_multigrid.stages.build_stage`)
+    over the base batch.
     """
+    if config.sizes_by_cost:
+        stage = build_stage(config, (t_factor, s_factor), 0, 1, 0)
+        cycle = stage.short_cycle or (stage.shape,)
+        return sum(grid.batch_size for grid in cycle) / len(cycle) / config.batch_size
     num_frames, crop_size = config.grid_size(t_factor, s_factor)
     crops: list[float] = [crop_size]
     if config.options.short_cycle:

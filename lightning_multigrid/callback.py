@@ -31,6 +31,7 @@ from lightning_multigrid._lightning import Callback, pl, rank_zero_info, rank_ze
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
+    BatchSizing,
     MultigridConfig,
     MultigridOptions,
     ShortRun,
@@ -48,6 +49,7 @@ from lightning_multigrid.contracts import (
     SizedDataModule,
     SkipCountingDataModule,
 )
+from lightning_multigrid.grid import GridShape
 from lightning_multigrid.limits import check_val_interval, limited_iterations, map_baseline_limits
 from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
 from lightning_multigrid.meter import DataWaitMeter
@@ -115,6 +117,11 @@ class MultigridCallback(Callback):
             8x the LR from random weights) and the short-run default shapes. ``None``: the
             LightningModule's ``pretrained`` attribute says (``VideoClassifier`` has one); a module
             without one is taken as from scratch. The summary names the rule used.
+        batch_sizing: ``"equation1"`` (the paper's batches, by frames x pixels); ``"flops"`` or
+            ``"time"``: each grid's batch sized by its cost per clip for this model, measured once when
+            fitting starts (:mod:`~lightning_multigrid.cost`), so an iteration costs what a base
+            iteration costs; the LR factor and BatchNorm groups follow that batch. The costs are kept
+            in the checkpoint (a resumed run does not measure again) and ranks use rank 0's.
 
     The multigrid options are checked here and kept as one value, :attr:`options` (a
     :class:`~lightning_multigrid.config.MultigridOptions`, which describes each and holds its
@@ -148,6 +155,7 @@ class MultigridCallback(Callback):
         scale_bn_base_size: bool = DEFAULTS.scale_bn_base_size,
         short_run: bool | ShortRun | None = DEFAULTS.short_run,
         pretrained: bool | None = DEFAULTS.pretrained,
+        batch_sizing: BatchSizing = DEFAULTS.batch_sizing,
     ) -> None:
         # The schedule's own checks run as the options are built; those that need the base grid or
         # the Trainer run in setup.
@@ -162,6 +170,7 @@ class MultigridCallback(Callback):
             scale_bn_base_size=scale_bn_base_size,
             short_run=_short_run(short_run),
             pretrained=pretrained,
+            batch_sizing=batch_sizing,
         )
         self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         if milestones is not None:
@@ -252,6 +261,8 @@ class MultigridCallback(Callback):
         ).items():
             self._change(trainer, name, value)
         config = self._build_config(trainer, pl_module, steps_per_epoch)
+        if config.sizes_by_cost and not config.clip_costs:  # a resumed run has the checkpoint's
+            config = self._measure_clip_costs(trainer, pl_module, config)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.schedule = build_schedule(config)
@@ -273,8 +284,8 @@ class MultigridCallback(Callback):
             self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
             skips=datamodule if isinstance(datamodule, SkipCountingDataModule) else None,
         )
-        if self.preflight:
-            self._preflight(pl_module, datamodule)
+        if self.preflight and not config.sizes_by_cost:  # with measured costs, checked before measuring
+            self._preflight(pl_module, datamodule, self.schedule.distinct_grids())
         rank_zero_info(self._summary(datamodule, pl_module, trainer))
 
     def _build_config(self, trainer: pl.Trainer, pl_module: pl.LightningModule, steps_per_epoch: int) -> MultigridConfig:
@@ -298,7 +309,7 @@ class MultigridCallback(Callback):
             restored = dataclasses.replace(MultigridConfig.from_dict(self._restored_config), devices=trainer.world_size)
             check_same_base(restored, config)
             check_same_length(restored, config)
-            if restored != config:
+            if dataclasses.replace(restored, clip_costs=()) != config:
                 rank_zero_info(
                     "multigrid: the checkpoint's schedule settings differ from this run's; resuming "
                     f"the checkpoint's schedule ({restored})."
@@ -332,11 +343,30 @@ class MultigridCallback(Callback):
         self._trainer_settings.setdefault(name, getattr(owner, name))
         setattr(owner, name, value)
 
-    def _preflight(self, pl_module: pl.LightningModule, datamodule: GridDataModule) -> None:
+    def _measure_clip_costs(self, trainer: pl.Trainer, pl_module: pl.LightningModule, config: MultigridConfig) -> MultigridConfig:
+        """``config`` with each grid's measured cost per clip: rank 0's, so every rank builds the same schedule."""
+        from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
+
+        datamodule = trainer.datamodule
+        grids = config.cost_grids()
+        if self.preflight:  # a grid the model cannot take fails here with the layer named, not while measuring
+            self._preflight(pl_module, datamodule, grids)
+        alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
+        method = config.options.batch_sizing
+        assert method != "equation1"
+        costs = measure_clip_costs(
+            pl_module, grids, method, slowfast_alpha=alpha, device=pl_module.device,
+            context=trainer.precision_plugin.forward_context,
+        )
+        config = dataclasses.replace(config, clip_costs=trainer.strategy.broadcast(costs, src=0))
+        warning = implausible_costs_warning(config)
+        if warning is not None:
+            rank_zero_warn(f"multigrid: {warning}")
+        return config
+
+    def _preflight(self, pl_module: pl.LightningModule, datamodule: GridDataModule, grids: tuple[GridShape, ...]) -> None:
         from lightning_multigrid.models import preflight
 
-        assert self.schedule is not None
-        grids = self.schedule.distinct_grids()
         if isinstance(pl_module, PreflightModule):
             pl_module.preflight(grids)  # the module knows its own input format (e.g. pathways)
         elif type(pl_module).forward is pl.LightningModule.forward:

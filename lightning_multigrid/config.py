@@ -3,19 +3,23 @@
 :class:`MultigridOptions` holds the user's multigrid options (the callback's, the ``schedule``
 command's), each default written once here (:data:`DEFAULTS`); it checks itself on construction.
 :class:`MultigridConfig` holds them whole beside the baseline run's settings (base grid, epochs,
-milestones, devices) and Equation 1's arithmetic over that base grid. Pure Python, no torch.
+milestones, devices) and Equation 1's arithmetic over that base grid, and the cost-sized batch beside it (batches from each grid's
+measured cost per clip, :class:`ClipCost`; the measuring is :mod:`lightning_multigrid.cost`'s). Pure
+Python, no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal, get_args
 
 from lightning_multigrid._checks import check_bool, check_instance, check_positive_int, check_positive_number, is_number
 from lightning_multigrid.grid import ClipSampling, GridShape
 
 __all__ = [
+    "BatchSizing",
+    "ClipCost",
     "DEFAULTS",
     "DEFAULT_SHORT_RUN",
     "DEFAULT_LONG_CYCLE_FACTORS",
@@ -45,6 +49,36 @@ SHORT_RUN_BASELINE_STEPS = 10_000
 # point of the baseline on both fine-tuning tasks at the largest CPU saving. Until that map is taken
 # on a quiet machine, the paper's shapes.
 PRETRAINED_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = DEFAULT_LONG_CYCLE_FACTORS
+
+
+# How a grid's batch is sized: Equation 1 (frames x pixels), or each grid's measured cost per clip
+# (FLOPs of a forward + backward, or step time), so an iteration costs what a base iteration costs.
+BatchSizing = Literal["equation1", "flops", "time"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClipCost:
+    """The measured cost of one clip of a grid, for batches sized by cost (``batch_sizing``).
+
+    Args:
+        num_frames: frames of the grid's clips.
+        crop_size: crop of the grid's clips, in pixels.
+        cost_per_clip: the cost of one clip in any unit (FLOPs, seconds), > 0; the schedule reads
+            it relative to the base grid's, so one run's costs must share the unit.
+
+    Raises:
+        ValueError: naming the field, when a size is not a positive integer or the cost not a
+            positive number.
+    """
+
+    num_frames: int
+    crop_size: int
+    cost_per_clip: float
+
+    def __post_init__(self) -> None:
+        check_positive_int("num_frames", self.num_frames)
+        check_positive_int("crop_size", self.crop_size)
+        check_positive_number("cost_per_clip", self.cost_per_clip)
 
 
 def _is_factor(value: object) -> bool:
@@ -110,6 +144,14 @@ class MultigridOptions:
             optimizer steps) and the default long-cycle shapes of a short run. ``None``: the
             LightningModule says (a ``pretrained`` attribute,
             :class:`~lightning_multigrid.contracts.PretrainedModule`; from scratch without one).
+        batch_sizing: how each grid's batch is sized. ``"equation1"`` (the paper's): by frames x
+            pixels, ``B * round(T*S^2 / (t*s^2))``. ``"flops"``/``"time"``: by each grid's cost per
+            clip, measured for the model when fitting starts (FLOPs of one forward + backward, or
+            its step time): ``round(B / relative cost)`` clips, so an iteration costs what a base
+            iteration costs where the cost does not grow with frames x pixels (attention, or a grid
+            the hardware runs slower per FLOP). The LR factor is then ``batch / B``, BatchNorm
+            groups follow the batch, and each shape's epochs follow its average batch. Off
+            (``"equation1"``) until measured to pay (docs/benchmarks.md).
 
     Raises:
         ValueError: naming the option, its constraint and its value.
@@ -125,6 +167,7 @@ class MultigridOptions:
     scale_bn_base_size: bool = False
     short_run: ShortRun | None = None
     pretrained: bool | None = None
+    batch_sizing: BatchSizing = "equation1"
 
     def __post_init__(self) -> None:
         for name in ("long_cycle", "short_cycle", "scale_bn_base_size"):
@@ -136,6 +179,10 @@ class MultigridOptions:
             )
         check_positive_number("epoch_factor", self.epoch_factor)
         check_positive_int("bn_base_size", self.bn_base_size)
+        if self.batch_sizing not in get_args(BatchSizing):
+            raise ValueError(
+                f"`batch_sizing` must be one of {', '.join(map(repr, get_args(BatchSizing)))}, got {self.batch_sizing!r}."
+            )
         if not is_number(self.full_grid_share) or not 0 <= self.full_grid_share <= 1:
             raise ValueError(f"`full_grid_share` must be a number in [0, 1], got {self.full_grid_share!r}.")
         if self.short_run is not None and self.full_grid_share > 0:
@@ -229,10 +276,14 @@ class MultigridConfig:
         jitter_scales: ``(min, max)`` short side in pixels before the baseline crop; default
             :func:`~lightning_multigrid.grid.default_jitter_scales` (``(256, 320) * S / 224``).
         options: the multigrid options (:class:`MultigridOptions`; default: the paper's).
+        clip_costs: with ``options.batch_sizing`` other than ``"equation1"``, the measured cost
+            per clip of every grid of :meth:`cost_grids` (:class:`ClipCost`; the base grid's
+            included); empty otherwise.
 
     Raises:
         ValueError: naming the setting; also when, with both cycles on, a long-cycle crop is
-            smaller than a short-cycle crop.
+            smaller than a short-cycle crop, or when ``clip_costs`` are given to Equation 1's sizing
+            or name a grid twice.
     """
 
     base: GridShape
@@ -243,7 +294,9 @@ class MultigridConfig:
     devices: int = 1
     jitter_scales: tuple[int, int] | None = None
     options: MultigridOptions = DEFAULTS
+    clip_costs: tuple[ClipCost, ...] = ()
     _clip_sampling: ClipSampling = field(init=False, repr=False, compare=False)
+    _costs: dict[tuple[int, int], float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.base, GridShape):
@@ -260,6 +313,24 @@ class MultigridConfig:
         object.__setattr__(self, "milestones", tuple(self.milestones))
         if self.options.long_cycle and self.options.short_cycle:
             self._check_short_cycle_crops()
+        object.__setattr__(self, "clip_costs", tuple(self.clip_costs))
+        object.__setattr__(self, "_costs", self._check_clip_costs())
+
+    def _check_clip_costs(self) -> dict[tuple[int, int], float]:
+        """``clip_costs`` by ``(num_frames, crop_size)``; refused with Equation 1's sizing or a grid named twice."""
+        if self.clip_costs and not self.sizes_by_cost:
+            raise ValueError(
+                f"`clip_costs` are given ({len(self.clip_costs)} grids) but `batch_sizing`='equation1' does not "
+                "read them: pass `batch_sizing`='flops' or 'time' to size batches by them, or no `clip_costs`."
+            )
+        costs: dict[tuple[int, int], float] = {}
+        for cost in self.clip_costs:
+            check_instance("clip_costs entry", cost, ClipCost)
+            key = (cost.num_frames, cost.crop_size)
+            if key in costs:
+                raise ValueError(f"`clip_costs` names the {key[0]} x {key[1]} grid (frames x crop) twice: give one cost per grid.")
+            costs[key] = cost.cost_per_clip
+        return costs
 
     @property
     def batch_size(self) -> int:
@@ -301,6 +372,62 @@ class MultigridConfig:
         ratio = self.num_frames * self.crop_size**2 / (num_frames * crop_size**2)
         return max(1, round(ratio))
 
+    # ---------------------------------------------------- batches sized by measured cost
+
+    @property
+    def sizes_by_cost(self) -> bool:
+        """Whether batches are sized by measured cost per clip (``batch_sizing`` other than Equation 1)."""
+        return self.options.batch_sizing != "equation1"
+
+    def with_equation1_batches(self) -> MultigridConfig:
+        """This config with the paper's batches (``batch_sizing='equation1'``, no costs): what the preview compares with."""
+        return replace(self, options=replace(self.options, batch_sizing="equation1"), clip_costs=())
+
+    def cost_grids(self) -> tuple[GridShape, ...]:
+        """Every grid a schedule of this config may train on, base grid first, each at Equation 1's batch.
+
+        What to measure for ``clip_costs``: the long-cycle shapes (the base shape's for fine-tuning,
+        the only one without the long cycle) and, with the short cycle on, their short-cycle crops.
+        Equation 1's batch keeps each measured step near a base iteration's memory and FLOPs.
+        """
+        options = self.options
+        factors = [(1.0, 1.0), *(options.long_cycle_factors if options.long_cycle else ())]
+        short_cycle = options.short_cycle and options.short_run is None
+        sizes: dict[tuple[int, int], None] = {}
+        for t_factor, s_factor in factors:
+            num_frames, crop_size = self.grid_size(t_factor, s_factor)
+            for crop in (crop_size, *(self.short_cycle_crops() if short_cycle else ())):
+                sizes[(num_frames, crop)] = None
+        return tuple(
+            GridShape(self.batch_size * self.relative_batch(num_frames, crop), num_frames, crop) for num_frames, crop in sizes
+        )
+
+    def relative_cost(self, num_frames: int, crop_size: int) -> float:
+        """Measured cost of one clip of a grid relative to one base-grid clip (``clip_costs``).
+
+        Raises:
+            ValueError: when ``clip_costs`` lack the grid or the base grid.
+        """
+        grid, base = (num_frames, crop_size), (self.num_frames, self.crop_size)
+        for frames, crop in (grid, base):
+            if (frames, crop) not in self._costs:
+                measured = ", ".join(f"{t} x {s}" for t, s in self._costs) or "none"
+                raise ValueError(
+                    f"`clip_costs` has no cost for the {frames} x {crop} grid (frames x crop), which "
+                    f"`batch_sizing`={self.options.batch_sizing!r} needs (measured: {measured}). Measure every grid "
+                    "of `config.cost_grids()` (`lightning_multigrid.cost.measure_clip_costs`), or use "
+                    "`batch_sizing`='equation1'."
+                )
+        return self._costs[grid] / self._costs[base]
+
+    def sized_batch(self, num_frames: int, crop_size: int) -> int:
+        """Clips per device so an iteration of a grid costs what a base iteration costs, by measured cost.
+
+        ``round(B / relative_cost)``, at least 1: e.g. ``B = 8`` and a clip that costs 0.3 of a base
+        clip -> ``round(8 / 0.3) = round(26.67) = 27``.
+        """
+        return max(1, round(self.batch_size / self.relative_cost(num_frames, crop_size)))
+
     def short_cycle_crops(self) -> tuple[int, ...]:
         """Crops (pixels) of the two smaller short-cycle iterations."""
         return tuple(max(1, round(f * self.crop_size)) for f in self.options.short_cycle_factors)
@@ -310,7 +437,10 @@ class MultigridConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (``base`` and ``options`` dicts), as checkpoints store them; see :meth:`from_dict`."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
-        return {**values, "base": asdict(self.base), "options": self.options.to_dict()}
+        return {
+            **values, "base": asdict(self.base), "options": self.options.to_dict(),
+            "clip_costs": [asdict(cost) for cost in self.clip_costs],
+        }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> MultigridConfig:
@@ -333,6 +463,7 @@ class MultigridConfig:
             baseline = {f.name for f in fields(cls) if f.init}
             options = {name: values.pop(name) for name in list(values) if name not in baseline}
         values["options"] = MultigridOptions.from_dict(options)
+        values["clip_costs"] = tuple(ClipCost(**cost) for cost in values.get("clip_costs", ()))
         return cls(**values)
 
     def _check_short_cycle_crops(self) -> None:

@@ -7,18 +7,23 @@ from pathlib import Path
 from typing import Any
 
 from lightning_multigrid._tables import table_lines
+from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
+from lightning_multigrid.stages import build_stage
 
 __all__ = [
     "FULL_GRID_MIN_ITERATIONS",
     "FULL_GRID_MIN_SHARE",
+    "GridSizing",
     "VALIDATED_MIN_STEPS",
     "Regime",
     "describe_regime",
     "format_regime",
+    "format_sizing",
     "format_table",
     "full_grid_count",
     "full_grid_warning",
+    "grid_sizings",
     "plot_schedule",
     "schedule_to_dict",
 ]
@@ -163,6 +168,75 @@ def full_grid_warning(schedule: MultigridSchedule, dataset_size: int) -> str | N
     )
 
 
+@dataclass(frozen=True)
+class GridSizing:
+    """One grid's batch by Equation 1 and by measured cost (``batch_sizing``), side by side.
+
+    Attributes:
+        num_frames, crop_size: the grid (crop in pixels).
+        relative_cost: measured cost of one clip relative to one base-grid clip.
+        equation1_batch: clips per device by Equation 1 (the paper's).
+        equation1_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
+        sized_batch: clips per device sized by the measured cost (what training uses).
+        sized_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
+    """
+
+    num_frames: int
+    crop_size: int
+    relative_cost: float
+    equation1_batch: int
+    equation1_iteration_cost: float
+    sized_batch: int
+    sized_iteration_cost: float
+
+
+def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
+    """Each grid's Equation 1 batch beside its cost-sized one, for a config whose batches are sized by cost.
+
+    Grids in order of the long-cycle shapes (then the base shape's, for fine-tuning), each
+    shape's short cycle in its order; a grid with the same batches in several cycles is listed once.
+
+    Raises:
+        ValueError: when ``config`` does not size batches by cost, or lacks a grid's cost.
+    """
+    if not config.sizes_by_cost:
+        raise ValueError("`config` sizes batches by Equation 1 (`batch_sizing`='equation1'): there is no cost to show.")
+    paper = config.with_equation1_batches()
+    options = config.options
+    factors = dict.fromkeys([*(options.long_cycle_factors if options.long_cycle else ()), (1.0, 1.0)])
+    cap = options.short_run.max_lr_factor if options.short_run is not None else None
+    rows: dict[GridSizing, None] = {}
+    for pair in factors:
+        full_grid = options.short_run is not None
+        paper_stage = build_stage(paper, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
+        sized_stage = build_stage(config, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
+        for equation1, sized in zip(paper_stage.short_cycle or (paper_stage.shape,), sized_stage.short_cycle or (sized_stage.shape,)):
+            cost = config.relative_cost(sized.num_frames, sized.crop_size)
+            row = GridSizing(
+                sized.num_frames, sized.crop_size, cost,
+                equation1.batch_size, equation1.batch_size * cost / config.batch_size,
+                sized.batch_size, sized.batch_size * cost / config.batch_size,
+            )
+            rows[row] = None
+    return tuple(rows)
+
+
+def format_sizing(config: MultigridConfig) -> str:
+    """:func:`grid_sizings` as a table, under a line that names the measure."""
+    rows = [("grid (frames x crop)", "cost per clip", "Eq. 1 batch", "iteration cost", "cost-sized batch", "iteration cost")]
+    for g in grid_sizings(config):
+        rows.append((
+            f"{g.num_frames} x {g.crop_size}", f"{g.relative_cost:.3f}",
+            str(g.equation1_batch), f"{g.equation1_iteration_cost:.2f}",
+            str(g.sized_batch), f"{g.sized_iteration_cost:.2f}",
+        ))
+    return "\n".join([
+        f"Batches sized by measured {config.options.batch_sizing} (cost per clip and per iteration relative to the base "
+        f"grid's, {config.num_frames} x {config.crop_size} at {config.batch_size} clips; training uses the cost-sized batch):",
+        *table_lines(rows),
+    ])
+
+
 def schedule_to_dict(
     schedule: MultigridSchedule, dataset_size: int | None = None, pretrained: bool | None = None
 ) -> dict[str, Any]:
@@ -189,6 +263,11 @@ def schedule_to_dict(
             }
         )
     result: dict[str, Any] = {"max_epochs": schedule.max_epochs, "epochs": epochs}
+    if schedule.config.sizes_by_cost:
+        result["batch_sizing"] = {
+            "method": schedule.config.options.batch_sizing,
+            "grids": [asdict(g) for g in grid_sizings(schedule.config)],
+        }
     if dataset_size is not None:
         baseline = schedule.baseline_iterations(dataset_size)
         multigrid = schedule.total_iterations(dataset_size)
@@ -220,7 +299,8 @@ def format_table(
 
     With ``dataset_size``, also a table of the iterations and clips per device of each distinct
     grid, the full-grid warning of :func:`full_grid_warning` when it applies, and the regime
-    (:func:`describe_regime`, given ``pretrained``). The BN column says what training does: the
+    (:func:`describe_regime`, given ``pretrained``). With batches sized by cost, also each grid's
+    Equation 1 batch beside its cost-sized one (:func:`format_sizing`). The BN column says what training does: the
     schedule's grouping, or "model's own" where the model's BatchNorm is left as it is (no long
     cycle, or the callback's ``convert_batchnorm=False``), or "none" with a note when the model has
     no BatchNorm (``has_batchnorm=False``: a transformer's LayerNorm needs no conversion). Without
@@ -255,16 +335,18 @@ def format_table(
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
     if config.options.short_run is not None:
         summary += " (short-run mode)"
+    sizing = ["", format_sizing(config)] if config.sizes_by_cost else []
     if dataset_size is not None:
         baseline = schedule.baseline_iterations(dataset_size)
         multigrid = schedule.total_iterations(dataset_size)
         summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
         warning = full_grid_warning(schedule, dataset_size)
         return "\n".join(
-            [*lines, "", summary, "", _format_grid_counts(schedule, dataset_size), *([f"warning: {warning}"] if warning else []),
+            [*lines, "", summary, *sizing, "", _format_grid_counts(schedule, dataset_size),
+             *([f"warning: {warning}"] if warning else []),
              "", format_regime(describe_regime(schedule, dataset_size, pretrained))]
         )
-    return "\n".join([*lines, "", summary, "", f"regime: {size_hint} to see the optimizer steps and the advice."])
+    return "\n".join([*lines, "", summary, *sizing, "", f"regime: {size_hint} to see the optimizer steps and the advice."])
 
 
 def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:

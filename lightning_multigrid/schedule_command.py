@@ -12,11 +12,13 @@ import dataclasses
 import json
 import sys
 import warnings
+from typing import get_args
 
 from lightning_multigrid._checks import check_output_file
 from lightning_multigrid.config import (
     DEFAULT_SHORT_RUN,
     DEFAULTS,
+    BatchSizing,
     MultigridConfig,
     MultigridOptions,
     ShortRun,
@@ -77,6 +79,18 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         help="short-run mode: largest batch growth (and LR factor) of a coarse grid (%(default)s)",
     )
     multigrid.add_argument(
+        "--batch-sizing", choices=get_args(BatchSizing), default=DEFAULTS.batch_sizing,
+        help="how each grid's batch is sized: equation1 (the paper's, by frames x pixels; %(default)s), or by the "
+        "cost per clip of --cost-model's backbone, counted in FLOPs or timed, so every iteration costs a base "
+        "iteration's; the table then shows both batches",
+    )
+    multigrid.add_argument(
+        "--cost-model", metavar="BACKBONE",
+        help="with --batch-sizing flops or time: the VideoClassifier backbone (e.g. tiny, x3d_m, r3d_18) whose cost "
+        "per clip is measured, with random weights: FLOPs on the meta device (seconds, no memory), time on this "
+        "machine's GPU or CPU at each grid's Equation 1 batch",
+    )
+    multigrid.add_argument(
         "--pretrained", action=argparse.BooleanOptionalAction, default=None,
         help="the model starts from pretrained weights (--no-pretrained: from scratch); sets the regime advice "
         "and, for a run of under 10,000 baseline steps (needs --dataset-size), the default long-cycle shapes",
@@ -111,6 +125,7 @@ def schedule_options(args: argparse.Namespace) -> MultigridOptions:
         full_grid_share=args.full_grid_share,
         scale_bn_base_size=args.scale_bn_base_size,
         short_run=short_run if args.short_run else None,
+        batch_sizing=args.batch_sizing,
     )
 
 
@@ -127,12 +142,36 @@ def schedule_config(args: argparse.Namespace) -> MultigridConfig:
     )
 
 
+def _with_clip_costs(config: MultigridConfig, cost_model: str | None) -> MultigridConfig:
+    """``config`` with its grids' costs measured for ``--cost-model`` when batches are sized by cost."""
+    if not config.sizes_by_cost:
+        return config
+    from lightning_multigrid.cost import implausible_costs_warning, measure_backbone_costs  # torch: only when asked for
+
+    assert cost_model is not None  # checked in run_schedule
+    config = dataclasses.replace(config, clip_costs=measure_backbone_costs(config, cost_model))
+    warning = implausible_costs_warning(config)
+    if warning is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+    return config
+
+
 def run_schedule(args: argparse.Namespace) -> None:
     from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
 
     if args.plot:
         check_output_file("--plot", args.plot, figure=True)
-    config = schedule_config(args)
+    if args.batch_sizing != "equation1" and args.cost_model is None:
+        raise ValueError(
+            f"`--batch-sizing {args.batch_sizing}` sizes each grid's batch by a model's measured cost: name the "
+            "model with `--cost-model BACKBONE` (e.g. x3d_m), or use `--batch-sizing equation1`."
+        )
+    if args.batch_sizing == "equation1" and args.cost_model is not None:
+        raise ValueError(
+            f"`--cost-model {args.cost_model}` is measured only with `--batch-sizing flops` or `time`; add one, "
+            "or drop `--cost-model`."
+        )
+    config = _with_clip_costs(schedule_config(args), args.cost_model)
     options = config.options
     if args.dataset_size is not None and args.dataset_size <= 0:
         raise ValueError(f"`--dataset-size` must be a positive integer, got {args.dataset_size!r}.")
@@ -145,7 +184,8 @@ def run_schedule(args: argparse.Namespace) -> None:
             if factors != options.long_cycle_factors:
                 caught.clear()
                 options = dataclasses.replace(options, long_cycle_factors=factors)
-                schedule = build_schedule(dataclasses.replace(config, options=options))
+                config = _with_clip_costs(dataclasses.replace(config, options=options, clip_costs=()), args.cost_model)
+                schedule = build_schedule(config)
     for warning in caught:
         print(f"warning: {warning.message}", file=sys.stderr)
     if args.format == "json":

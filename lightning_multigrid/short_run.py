@@ -57,6 +57,10 @@ def _coarse_epochs(config: MultigridConfig, short_run: ShortRun, grids: list[tup
     return [end - start for start, end in zip([0, *ends], ends)]
 
 
-def _cost_ratio(config: MultigridConfig, t_factor: float, s_factor: float) -> int:
-    """Equation 1's relative batch ``r`` of a ``(t_factor, s_factor)`` grid: its cost saving per clip."""
-    return config.relative_batch(*config.grid_size(t_factor, s_factor))
+def _cost_ratio(config: MultigridConfig, t_factor: float, s_factor: float) -> float:
+    """A ``(t_factor, s_factor)`` grid's cost saving per clip: Equation 1's relative batch ``r``, or the
+    base clip's measured cost over this grid's with batches sized by cost."""
+    num_frames, crop_size = config.grid_size(t_factor, s_factor)
+    if config.sizes_by_cost:
+        return 1 / config.relative_cost(num_frames, crop_size)
+    return config.relative_batch(num_frames, crop_size)

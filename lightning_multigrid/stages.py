@@ -43,7 +43,9 @@ class Stage:
     Attributes:
         lr_stage: index of the baseline LR stage whose learning rate is used.
         shape: the long-cycle grid (per-device batch, frames, crop).
-        lr_factor: long-cycle relative batch ``r``; the learning rate is multiplied by it.
+        lr_factor: long-cycle relative batch ``r`` (the stage's batch over the base batch: an
+            integer by Equation 1, any ratio with batches sized by cost); the learning rate is
+            multiplied by it.
         short_cycle: grids of iterations ``i % 3 == 0, 1, 2``; empty when the short cycle is off.
         bn: BatchNorm grouping, decided by the long-cycle batch (the short cycle keeps it).
         sampling_rate: ``(min, max)`` frame stride for clips of ``shape.num_frames`` frames.
@@ -54,7 +56,7 @@ class Stage:
     end_epoch: int
     lr_stage: int
     shape: GridShape
-    lr_factor: int
+    lr_factor: float
     short_cycle: tuple[GridShape, ...]
     bn: BNPlan
     sampling_rate: tuple[float, float]
@@ -109,18 +111,38 @@ def build_stage(
         full_grid: no short cycle (every iteration at the stage's shape), even where it is on.
         fine_tuning: the stage is (a half of) the fine-tuning phase.
         max_lr_factor: caps the batch growth (the short-run mode).
+
+    Batches follow Equation 1, or with ``config.sizes_by_cost`` each grid's measured cost
+    (:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch`), the short cycle's too, each
+    rounded to a multiple of the stage's BatchNorm groups (a batch its groups do not divide takes
+    BatchNorm's slow path, about 1.6x: docs/benchmarks.md); the LR factor and the BatchNorm grouping
+    follow the long-cycle batch either way.
     """
     options = config.options
     num_frames, crop_size = config.grid_size(*factors)
-    lr_factor = config.relative_batch(num_frames, crop_size)
-    if max_lr_factor is not None:
-        lr_factor = min(lr_factor, max_lr_factor)
-    shape = GridShape(config.batch_size * lr_factor, num_frames, crop_size)
+    short_crops = config.short_cycle_crops() if options.short_cycle and not full_grid else ()
+    lr_factor: float
+    if config.sizes_by_cost:
+        batch_size = config.sized_batch(num_frames, crop_size)
+        if max_lr_factor is not None:
+            batch_size = min(batch_size, config.batch_size * max_lr_factor)
+        splits = _plan_batchnorm(config, batch_size, batch_size / config.batch_size).num_splits
+        batch_size, *short_batches = (
+            max(splits, splits * round(batch / splits))
+            for batch in (batch_size, *(config.sized_batch(num_frames, short_crop) for short_crop in short_crops))
+        )
+        lr_factor = batch_size / config.batch_size
+        shape = GridShape(batch_size, num_frames, crop_size)
+    else:
+        lr_factor = config.relative_batch(num_frames, crop_size)
+        if max_lr_factor is not None:
+            lr_factor = min(lr_factor, max_lr_factor)
+        shape = GridShape(config.batch_size * lr_factor, num_frames, crop_size)
+        short_batches = [shape.batch_size * round((crop_size / short_crop) ** 2) for short_crop in short_crops]
     short_cycle: tuple[GridShape, ...] = ()
-    if options.short_cycle and not full_grid:
+    if short_crops:
         short_cycle = tuple(
-            GridShape(shape.batch_size * round((crop_size / short_crop) ** 2), num_frames, short_crop)
-            for short_crop in config.short_cycle_crops()
+            GridShape(batch, num_frames, short_crop) for batch, short_crop in zip(short_batches, short_crops)
         ) + (shape,)
     return Stage(
         start_epoch=start,
@@ -129,11 +151,14 @@ def build_stage(
         shape=shape,
         lr_factor=lr_factor,
         short_cycle=short_cycle,
-        bn=plan_batchnorm(
-            shape.batch_size,
-            options.bn_base_size * (lr_factor if options.scale_bn_base_size else 1),
-            config.devices,
-        ),
+        bn=_plan_batchnorm(config, shape.batch_size, lr_factor),
         sampling_rate=config.clip_sampling.sampling_rate_range_for(num_frames, config.num_frames),
         fine_tuning=fine_tuning,
     )
+
+
+def _plan_batchnorm(config: MultigridConfig, batch_size: int, lr_factor: float) -> BNPlan:
+    """The BatchNorm grouping of a long-cycle batch (``bn_base_size`` scaled by ``lr_factor`` where asked)."""
+    options = config.options
+    bn_base_size = round(options.bn_base_size * (lr_factor if options.scale_bn_base_size else 1))
+    return plan_batchnorm(batch_size, bn_base_size, config.devices)

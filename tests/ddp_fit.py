@@ -6,7 +6,8 @@ running script for rank 1, which cannot work from inside pytest, so the test run
     python tests/ddp_fit.py OUT_DIR ROOT_DIR TRAIN_MANIFEST VAL_MANIFEST [PRECISION [CHECKPOINT_DIR]]
 
 PRECISION is the Trainer's (default ``32-true``); with CHECKPOINT_DIR a checkpoint is saved at
-the end of every epoch (``epoch=E-*.ckpt``), for a resume on another number of devices.
+the end of every epoch (``epoch=E-*.ckpt``), for a resume on another number of devices. With the
+environment variable ``DDP_FIT_BATCH_SIZING`` (``flops`` or ``time``), batches are sized by measured cost.
 
 Each rank writes ``OUT_DIR/rank{r}.json``: per training step the epoch, batch index, video
 shape, the BatchNorm layer's grouping (mode, num_splits, sync group size) and the statistics
@@ -41,6 +42,7 @@ DDPStrategy = pl.strategies.DDPStrategy
 
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)
 MAX_EPOCHS, MILESTONES, BN_BASE_SIZE = 4, [2], 2
+BATCH_SIZING = os.environ.get("DDP_FIT_BATCH_SIZING", "equation1")
 
 
 def _floats(tensor: torch.Tensor) -> list[float]:
@@ -119,7 +121,8 @@ def main(
         num_workers=0, flip=False, seed=1, **BASE,
     )
     callbacks: list[pl.Callback] = [
-        MultigridCallback(bn_base_size=BN_BASE_SIZE, precise_bn_batches=0, milestones=MILESTONES)
+        MultigridCallback(bn_base_size=BN_BASE_SIZE, precise_bn_batches=0, milestones=MILESTONES,
+                          batch_sizing=BATCH_SIZING)  # type: ignore[arg-type]
     ]
     if checkpoint_dir is not None:
         callbacks.append(pl.callbacks.ModelCheckpoint(dirpath=checkpoint_dir, save_top_k=-1, every_n_epochs=1))
@@ -153,6 +156,7 @@ def main(
         "schedule": {
             "max_epochs": schedule.max_epochs,
             "devices": schedule.config.devices,
+            "clip_costs": [[c.num_frames, c.crop_size, c.cost_per_clip] for c in schedule.config.clip_costs],
             "stages": [
                 {"start_epoch": s.start_epoch, "end_epoch": s.end_epoch, "bn": s.bn.to_dict()}
                 for s in schedule.stages

@@ -25,6 +25,11 @@ def test_smoke_run_measures_every_grid(tmp_path: Path) -> None:
         assert row["gflop"] > 0 and row["eager_ms"] > 0 and row["channels_last_3d_ms"] > 0
         assert row["per_grid_ms"] > 0 and row["dynamic_ms"] > 0 and row["per_grid_compile_s"] >= 0
     assert next(r for r in base["grids"] if r["grid"] == "2 x 4 x 16")["ms_per_gflop_rel"] == pytest.approx(1.0)
+    # Cost-sized batches (FLOPs in the smoke run) for the tiny CNN and the tiny transformer, every grid timed.
+    assert [(s["backbone"], s["method"]) for s in base["batch_sizing"]] == [("tiny", "flops"), ("tiny_swin3d", "flops")]
+    for sizing in base["batch_sizing"]:
+        assert len(sizing["grids"]) > 3 and all(r["sized_ms"] > 0 and r["sized_batch"] >= 1 for r in sizing["grids"])
+    assert "cost-sized batches by flops, tiny_swin3d" in (tmp_path / "step.txt").read_text()
     cost = base["callback"]
     assert cost["on_us"] > cost["off_us"] > 0
     assert "GFLOP" in (tmp_path / "step.txt").read_text()

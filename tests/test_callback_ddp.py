@@ -10,6 +10,7 @@ ranks where the schedule says ``sync`` (and did not where it says ``split``/``pl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.schedule import build_schedule
@@ -241,3 +242,22 @@ def test_resume_on_one_device_replans_batchnorm(ranks, ddp_fit_dir, synthetic_da
     assert {s["epoch"] for s in model.steps} == set(range(first_sync, SCHEDULE.max_epochs))
     for step in model.steps:
         assert step["mode"] == schedule.stage_at(step["epoch"]).bn.mode != "sync"
+
+
+def test_timed_batch_sizes_are_rank_0s_on_both_ranks(synthetic_dataset, tmp_path, monkeypatch):
+    """Each rank times the grids (differently); both train on rank 0's costs, in lockstep, without a hang."""
+    monkeypatch.setenv("DDP_FIT_BATCH_SIZING", "time")
+    ranks = run_ddp_fit(synthetic_dataset, tmp_path)
+    costs = [r["schedule"]["clip_costs"] for r in ranks]
+    assert costs[0] and costs[0] == costs[1]
+    schedule = build_schedule(dataclasses.replace(
+        SCHEDULE.config, options=dataclasses.replace(SCHEDULE.config.options, batch_sizing="time"),
+        clip_costs=tuple(ClipCost(*cost) for cost in costs[0]),
+    ))
+    sequences = [[(s["epoch"], s["batch_idx"], s["shape"]) for s in r["steps"]] for r in ranks]
+    assert sequences[0] == sequences[1]
+    assert [r["current_epoch"] for r in ranks] == [schedule.max_epochs] * DEVICES
+    for epoch, batch_idx, shape in sequences[0]:
+        grid = schedule.grid_at(epoch, batch_idx)
+        served = sum(schedule.grid_at(epoch, i).batch_size for i in range(batch_idx))
+        assert shape == [min(grid.batch_size, CLIPS_PER_RANK - served), 3, grid.num_frames, grid.crop_size, grid.crop_size]

@@ -311,3 +311,12 @@ def test_a_bad_short_run_setting_is_refused_by_the_cli(
     with pytest.raises(ValueError, match=r"`short_run.coarse_share` must be a number in \[0, 1\), got 1.5"):
         _run([*args, "--multigrid.short_run", "{coarse_share: 1.5}"], monkeypatch, capsys)
 
+
+
+def test_batch_sizing_from_the_command_line(
+    synthetic_dataset: SyntheticDataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["lightning-multigrid"])
+    args = _dry_run_args(CONFIG_DIR / "demo.yaml", synthetic_dataset, tmp_path)
+    assert _callback_of([*args, "--multigrid.batch_sizing", "time"]).options.batch_sizing == "time"
+    assert _callback_of(args).options.batch_sizing == "equation1"  # off by default
