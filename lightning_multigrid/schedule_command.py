@@ -192,7 +192,7 @@ def run_schedule(args: argparse.Namespace) -> None:
         print(json.dumps(schedule_to_dict(schedule, args.dataset_size, args.pretrained), indent=1))
     else:
         print(format_table(schedule, args.dataset_size, pretrained=args.pretrained,
-                           size_hint="give the dataset size (`--dataset-size`)"))
+                           size_hint="give the dataset size"))
     if args.plot:
         plot_schedule(schedule, args.plot, args.dataset_size)
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions
 from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
