@@ -1,54 +1,73 @@
 """The GPU story in one command: does the loader feed the model at every grid, and does multigrid pay?
 
-Sized to end within 9 minutes on a 16-core single-GPU machine. It makes its own data, then
-measures, for r3d_18 at base 8 x 16 x 112 (stride 4), bf16-mixed, 14 workers:
+Issue 32's measurements, sized to end within 8 minutes (``--budget-s``, default 480, counted from the
+process start) on a 16-core single-GPU machine. It makes its own data, then measures, for r3d_18 at
+base 8 x 16 x 112 (stride 4), bf16-mixed, 14 workers, from the packed frame store, in this order
+(the sections, each a ``--sections`` name):
 
-1. ``env``: torch, CUDA, the GPU, which library decodes JPEG on the device (torchcodec or
-   torchvision), and whether torchcodec decodes mp4 with NVDEC (and does not fall back to the CPU).
-2. ``model``: clips/s the model consumes at each grid (training steps on batches already on the
-   GPU, MultigridBatchNorm split as multigrid splits it).
-3. ``loader``: clips/s the loader delivers at each grid, from each source, through a
-   ``ChunkedDataLoader`` as training builds it, batches moved to the GPU (and decoded there for
-   ``frames device``) before the clock reads: mp4 GOP 250 and GOP 12 (PyAV in workers), JPEG frames
-   decoded in workers (Pillow, reduced size), JPEG frames decoded on the device, and mp4 decoded
-   with NVDEC in the main process when torchcodec can. Set beside ``model``, it says grid by grid
-   whether the loader or the GPU sets the pace.
-4. ``end_to_end``: baseline against multigrid (``benchmarks/train.py``'s runs: same data, seed,
-   optimizer and step LR schedule; validation once after training, not timed), for frames decoded
-   on the device and for mp4: training wall-clock, iterations, top-1 and the share of the loop's
-   time spent waiting for data.
-5. ``read``, ``decode``, ``overlap``: the device-decode path stage by stage, per JPEG source
-   (``encoded_sources``: frame folders and the same frames packed into a store, level 0 at the grids'
-   largest short side; each source one line there): the workers reading the sampled
-   JPEG bytes (clips/s and frames/s, nothing decoded); decoding batches already read, with the
-   per-clip resize loop against the one batched crop-resize-flip (whole decode, and the
-   crop-resize alone); and per grid the training step alone, the decode then the step in the
-   training thread (``decode_ahead=0``), and the decode overlapped with the step
-   (``data/prefetch.py``, a side stream), with the overlapped step's inflation over the step alone.
-   ``end_to_end:frames-serial`` is ``end_to_end:frames`` with the serial decode, for the same comparison
-   in a whole run; ``end_to_end:store`` trains from the training frames packed into stores.
-6. ``gpu_path``: ``16-mixed`` and ``channels_last_3d`` steps; Lightning's ``strategy="fsdp"`` on one
-   device with ``MultigridCallback`` (MultigridBatchNorm inside FSDP); ``torch.compile`` across the
-   grids (compile time of each new shape, step time against eager).
+1. ``env``: the machine, the date and the versions (Python, torch, CUDA, torchvision, Lightning and
+   which package, torchcodec, simplejpeg, PyAV); which library decodes JPEG on the device; whether
+   torchcodec decodes mp4 with NVDEC.
+2. ``model``: clips/s the model consumes at each grid, base to coarsest (training steps on batches
+   already on the GPU, MultigridBatchNorm split as multigrid splits it), contiguous and
+   ``channels_last_3d``, the faster kept.
+3. ``loader``: clips/s the loader delivers from the store at each grid, through a ``ChunkedDataLoader``
+   as training builds it: (a) ``store (workers)``, the JPEGs decoded in the workers (libjpeg-turbo
+   through simplejpeg), batches moved to the GPU; (b) ``store (device decode)``, the workers read the
+   bytes and ``DecodeAhead`` decodes each batch on a side stream while the next is read (the
+   training path's overlap).
+4. ``stages``: per grid, each stage of both paths alone, as clips/s: read, decode, crop-resize,
+   transfer. Workers path: one worker's CPU time per frame of each stage (``loader.py``'s
+   ``stage_costs``, one torch thread) times the workers, and the pinned host-to-device copy.
+   Device path: the workers reading the bytes (measured through the loader), nvjpeg decoding batches
+   already read, the batched crop-resize-flip alone, and the bytes' copy to the GPU. Where a path
+   delivers less than the model consumes, the stage that falls short is named.
+5. ``nvjpeg``: the device JPEG decode in Gpx/s, batched, at 340x256 and 1280x720 and at the store's
+   frames per grid, beside the best public figure (about 2.9 Gpx/s batched on one A100).
+6. ``overlap``: per grid (coarsest, base), ms per iteration of the training step alone, decode then
+   step, and the decode of the next batch on the side stream while the step runs; the overlapped
+   step's inflation over the step alone.
+7. ``end_to_end:store``: baseline against multigrid (``benchmarks/train.py``'s runs: same data, seed,
+   SGD and step LR schedule; validation once after training, not timed), r3d_18 from scratch from
+   the store with device decode: training wall-clock, iterations, top-1, the share of the loop's
+   time spent waiting for data and the multigrid callback's data-wait meter per grid.
+8. ``transformer:model``, ``transformer:end_to_end``: rows 2 and 7 for ``swin3d_t`` (bf16); skip
+   both with ``--skip transformer``.
+
+Then, while the budget lasts, what earlier runs measured: ``decode`` (per-clip resize loop against the
+batched crop-resize), ``read`` (frame folders against the store), ``loader:other`` (mp4 at GOP 250 and
+12, frame folders, NVDEC), ``end_to_end:frames``, ``end_to_end:frames-serial``, ``end_to_end:mp4``,
+``precision`` (16-mixed, channels_last_3d), ``fsdp`` and ``compile``.
+
+Every section past the budget is skipped and says so: a section starts only when the time used plus
+its estimated cost (``COST_S``, for the full sizes) stays within ``--budget-s``. The data is made
+first and always.
 
 Data: Kinetics-like synthetic videos (340x256, 10 s at 30 fps, x264 veryfast): for the loader,
-camera-like footage (``loader.py``'s) at GOP 250 and GOP 12, and frames extracted from the GOP-250
-set with ``extract_frames``; for training, the built-in synthetic classes (motion x texture, texture
-cell 12 px, visible on every grid, so both runs can learn) and their extracted frames.
+camera-like footage (``loader.py``'s) at GOP 250 packed into a store (level 0 at the grids' largest
+short side); for training, the built-in synthetic classes (motion x texture, texture cell 12 px,
+visible on every grid, so both runs can learn) packed into stores. Frame folders and GOP-12 videos
+are made only when a section that reads them runs.
 
 Results go to ``--out/gpu.json`` after every section (a run cut short still reports) and to
-``--out/gpu.md`` at the end. Sections past ``--budget-s`` are skipped and say so.
+``--out/gpu.md`` at the end.
 
-    python benchmarks/gpu.py --out gpu-results            # on the GPU machine
+    python benchmarks/gpu.py --out gpu-results            # on the GPU machine, <= 8 minutes
     python benchmarks/gpu.py --smoke --out /tmp/smoke      # the same code on CPU, tiny sizes, < 1 minute
+
+On a lent machine without a package registry, ``benchmarks/gpu_carry.sh`` fetches the wheels it lacks
+and prints the one command to run there.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.metadata
 import itertools
 import json
 import os
+import platform
 import sys
 import tempfile
 import time
@@ -65,7 +84,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark scripts
 
-from loader import Grid, render_camera_video, requests_for, schedule_grids  # noqa: E402
+from loader import Grid, render_camera_video, requests_for, schedule_grids, stage_costs  # noqa: E402
 from train import run as train_run  # noqa: E402
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips  # noqa: E402
@@ -89,6 +108,9 @@ from lightning_multigrid.module import VideoClassifier  # noqa: E402
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm  # noqa: E402
 from lightning_multigrid.schedule import BNPlan, GridShape, MultigridConfig, MultigridSchedule, build_schedule  # noqa: E402
 
+# The best public batched nvjpeg figure the issue compares with (one A100).
+PUBLIC_NVJPEG_GPX_S = 2.9
+
 
 @dataclass(frozen=True)
 class Setup:
@@ -96,6 +118,7 @@ class Setup:
 
     device: str
     backbone: str
+    transformer: str  # the transformer backbone of the ``transformer:*`` sections
     precision: str
     base: GridShape
     sampling_rate: int
@@ -104,7 +127,11 @@ class Setup:
     video_seconds: float
     fps: float
     loader_videos: int
-    loader_seconds: float
+    loader_seconds: float  # each loader row runs this long (after two warm-up batches)
+    repeat_seconds: float  # each in-process stage (device decode, crop-resize, copies) runs this long
+    stage_frames: int  # frames per grid whose workers' stage costs are timed in this process
+    nvjpeg_sizes: tuple[tuple[int, int], ...]
+    nvjpeg_batch: int
     num_train: int
     num_val: int
     epochs: int
@@ -112,53 +139,104 @@ class Setup:
     lr: float
     grids: tuple[str, ...] | None  # None: every grid
     model_steps: int
+    cost_scale: float  # COST_S (full sizes) times this is a section's estimated cost
 
 
 FULL = Setup(
-    device="cuda", backbone="r3d_18", precision="bf16-mixed", base=GridShape(8, 16, 112), sampling_rate=4, workers=14,
-    video_size=(340, 256), video_seconds=10.0, fps=30.0, loader_videos=16, loader_seconds=1.5, num_train=480,
-    num_val=96, epochs=24, milestones=(18, 21), lr=0.0125, grids=None, model_steps=20,
+    device="cuda", backbone="r3d_18", transformer="swin3d_t", precision="bf16-mixed", base=GridShape(8, 16, 112),
+    sampling_rate=4, workers=14, video_size=(340, 256), video_seconds=10.0, fps=30.0, loader_videos=16,
+    loader_seconds=1.5, repeat_seconds=0.5, stage_frames=1024, nvjpeg_sizes=((340, 256), (1280, 720)),
+    nvjpeg_batch=128, num_train=480, num_val=96, epochs=24, milestones=(18, 21), lr=0.0125, grids=None,
+    model_steps=20, cost_scale=1.0,
 )
 SMOKE = Setup(
-    device="cpu", backbone="tiny", precision="32-true", base=GridShape(4, 8, 32), sampling_rate=2, workers=2,
-    video_size=(64, 48), video_seconds=2.0, fps=12.0, loader_videos=3, loader_seconds=0.2, num_train=16,
-    num_val=8, epochs=3, milestones=(2,), lr=0.0125, grids=("coarsest", "base"), model_steps=2,
+    device="cpu", backbone="tiny", transformer="tiny_swin3d", precision="32-true", base=GridShape(4, 8, 32),
+    sampling_rate=2, workers=2, video_size=(64, 48), video_seconds=2.0, fps=12.0, loader_videos=3,
+    loader_seconds=0.2, repeat_seconds=0.05, stage_frames=16, nvjpeg_sizes=((64, 48),), nvjpeg_batch=4,
+    num_train=16, num_val=8, epochs=3, milestones=(2,), lr=0.0125, grids=("coarsest", "base"), model_steps=2,
+    cost_scale=0.0,
 )
+
+# Estimated seconds of each section at the full sizes on a 16-core H100/H200 machine (the data is made
+# first and always, about 50 s). A section starts only when the time used plus its estimate fits the budget.
+COST_S = {
+    "env": 5, "model": 25, "loader": 40, "stages": 40, "nvjpeg": 5, "overlap": 15, "end_to_end:store": 110,
+    "transformer:model": 20, "transformer:end_to_end": 110,
+    "decode": 20, "read": 35, "loader:other": 90, "end_to_end:frames": 130, "end_to_end:frames-serial": 100,
+    "end_to_end:mp4": 100, "precision": 25, "fsdp": 40, "compile": 120,
+}
+SECTIONS = tuple(COST_S)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (imports included); 0 where ``/proc`` does not say."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 class Report:
     """The results so far; written to ``gpu.json`` after every section."""
 
-    def __init__(self, out: Path, budget_s: float) -> None:
-        self.out, self.budget_s, self.start = out, budget_s, time.perf_counter()
-        self.data: dict[str, Any] = {}
+    def __init__(self, out: Path, budget_s: float, cost_scale: float) -> None:
+        self.out, self.budget_s, self.cost_scale = out, budget_s, cost_scale
+        self.start = time.perf_counter() - process_age_s()
+        self.data: dict[str, Any] = {"seconds": {}}
         out.mkdir(parents=True, exist_ok=True)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
-    def section(self, name: str, work: Callable[[], Any], optional: bool = False) -> Any:
-        """Run one section, keep its result or its error; skip an optional one past the budget."""
-        if optional and self.elapsed() > self.budget_s:
-            self.data[name] = {"skipped": f"time budget: {self.elapsed():.0f} s of {self.budget_s:.0f} s used"}
+    def section(self, name: str, work: Callable[[], Any], cost_s: float | None = None) -> Any:
+        """Run one section, keep its result or its error; skip it when its estimated cost would pass the budget
+        (``cost_s`` None: always run)."""
+        estimate = (cost_s or 0.0) * self.cost_scale
+        if cost_s is not None and self.elapsed() + estimate > self.budget_s:
+            self.data[name] = {"skipped": f"time budget: {self.elapsed():.0f} s of {self.budget_s:.0f} s used, "
+                                          f"this section's estimate {estimate:.0f} s would pass it"}
+            print(f"[{self.elapsed():5.0f} s] {name} skipped: {self.data[name]['skipped']}", flush=True)
         else:
             started = time.perf_counter()
             try:
                 self.data[name] = work()
             except Exception as error:  # one broken section must not cost the others' figures
                 self.data[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
+            self.data["seconds"][name] = time.perf_counter() - started
             print(f"[{self.elapsed():5.0f} s] {name} done in {time.perf_counter() - started:.0f} s", flush=True)
+        self.data["seconds"].pop("total", None)
+        self.data["seconds"]["total"] = self.elapsed()  # last
         (self.out / "gpu.json").write_text(json.dumps(self.data, indent=1, default=str))
         return self.data[name]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """A section's rows that hold a grid (none when it failed or was skipped)."""
+        section = self.data.get(name, [])
+        return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
 
 
 # ---------------------------------------------------------------------------- environment
 
 
 def environment(setup: Setup, sample_mp4: Path) -> dict[str, Any]:
-    info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "cpu_cores": os.cpu_count()}
+    from lightning_multigrid._lightning import PACKAGE
+
+    info: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "cpu_cores": os.cpu_count(), "lightning_package": PACKAGE,
+    }
+    for package in ("torchvision", PACKAGE.replace("_", "-"), "torchmetrics", "simplejpeg", "av", "numpy"):
+        try:
+            info[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            info[package] = "not installed"
     if torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
         info["gpu"] = torch.cuda.get_device_name()
+        info["gpu_memory_gib"] = round(properties.total_memory / 2**30, 1)
     info["jpeg_decoder"] = jpeg_decoder()
     try:
         import torchcodec
@@ -194,54 +272,72 @@ def _camera_video(path: Path, width: int, height: int, num_frames: int, fps: flo
     write_video(path, frames, fps=fps, crf=23, preset="veryfast", gop_size=gop)
 
 
+def camera_videos(setup: Setup, folder: Path, gop: int) -> Path:
+    """``loader_videos`` camera-like videos at ``gop`` in ``folder``; returns their manifest."""
+    width, height = setup.video_size
+    num_frames = round(setup.video_seconds * setup.fps)
+    folder.mkdir(parents=True)
+    with ProcessPoolExecutor() as pool:
+        jobs = [pool.submit(_camera_video, folder / f"{i:03d}.mp4", width, height, num_frames, setup.fps, gop, i)
+                for i in range(setup.loader_videos)]
+        for job in jobs:
+            job.result()
+    (folder / "train.csv").write_text("".join(f"{i:03d}.mp4 0\n" for i in range(setup.loader_videos)))
+    return folder / "train.csv"
+
+
 def make_data(setup: Setup, root: Path, sections: set[str]) -> dict[str, Any]:
-    """Loader sources (GOP 250 and 12, and frames) and the training dataset (videos and frames),
-    each only when a selected section reads it."""
+    """The loader's videos (GOP 250) packed into a store, and, when a training section is selected, the
+    training videos packed into stores (straight from the mp4 files). Frame folders and GOP-12 videos
+    are made later, by the sections that read them (:func:`ensure`)."""
     width, height = setup.video_size
     num_frames = round(setup.video_seconds * setup.fps)
     data: dict[str, Any] = {"description": f"{width}x{height}, {setup.video_seconds:g} s at {setup.fps:g} fps",
-                            "seconds": {}, "train_dir": str(root / "train")}
+                            "seconds": {}, "root": str(root), "train_dir": str(root / "train")}
     started = time.perf_counter()
-    manifests: dict[str, Path] = {}
-    with ProcessPoolExecutor() as pool:
-        jobs = []
-        for gop in (250, 12):
-            folder = root / f"gop{gop}"
-            folder.mkdir(parents=True)
-            for i in range(setup.loader_videos):
-                jobs.append(pool.submit(_camera_video, folder / f"{i:03d}.mp4", width, height, num_frames, setup.fps, gop, i))
-            (folder / "train.csv").write_text("".join(f"{i:03d}.mp4 0\n" for i in range(setup.loader_videos)))
-            manifests[f"mp4 gop{gop}"] = folder / "train.csv"
-        for job in jobs:
-            job.result()
-    manifests["frames"] = extract_frames(load_manifest(manifests["mp4 gop250"]), root / "frames250", progress=False).manifest
-    # The same frames packed, level 0 at the grids' largest short side (160 for a 112 crop).
-    manifests["store"] = pack_frames(load_manifest(manifests["frames"]), root / "frames250.store",
+    manifests = {"mp4 gop250": camera_videos(setup, root / "gop250", 250)}
+    # Level 0 at the grids' largest short side (160 for a 112 crop), as training packs it.
+    manifests["store"] = pack_frames(load_manifest(manifests["mp4 gop250"]), root / "gop250.store",
                                      crop_size=setup.base.crop_size, progress=False).store
     data["loader_manifests"] = {k: str(v) for k, v in manifests.items()}
     data["seconds"]["loader_data"] = time.perf_counter() - started
-    if any(name.startswith("end_to_end") for name in sections):
+    if any(name.startswith(("end_to_end", "transformer:end_to_end")) for name in sections):
         started = time.perf_counter()
+        train = root / "train"
         generate_synthetic_dataset(
-            root / "train", num_train=setup.num_train, num_val=setup.num_val, seed=0, texture_cell=12,
+            train, num_train=setup.num_train, num_val=setup.num_val, seed=0, texture_cell=12,
             width=width, height=height, num_frames=num_frames, fps=setup.fps,
         )
-        data["train_frame_manifests"] = tuple(
-            str(extract_frames(load_manifest(root / "train" / f"{split}.csv"), root / "train" / "frames",
-                               progress=False).manifest)
-            for split in ("train", "val")
-        )
         data["train_stores"] = tuple(
-            str(pack_frames(load_manifest(path), root / "train" / f"{Path(path).stem}.store",
+            str(pack_frames(load_manifest(train / f"{split}.csv"), train / f"{split}.store",
                             crop_size=setup.base.crop_size, progress=False).store)
-            for path in data["train_frame_manifests"]
+            for split in ("train", "val")
         )
         data["seconds"]["train_data"] = time.perf_counter() - started
         data["train_disk_mib"] = {
-            "mp4": sum(p.stat().st_size for p in (root / "train").rglob("*.mp4")) / 2**20,
-            "jpeg": sum(p.stat().st_size for p in (root / "train" / "frames").rglob("*.jpg")) / 2**20,
+            "mp4": sum(p.stat().st_size for p in train.glob("**/*.mp4")) / 2**20,
+            "store": sum(p.stat().st_size for p in train.glob("*.store/**/*") if p.is_file()) / 2**20,
         }
     return data
+
+
+def ensure(setup: Setup, data: dict[str, Any], what: str) -> Any:
+    """Data only some sections read, made on first use (its time counts in that section):
+    ``"mp4 gop12"``, ``"frames"`` (the GOP-250 videos extracted) or ``"train_frame_manifests"``."""
+    root = Path(data["root"])
+    manifests = data["loader_manifests"]
+    if what == "mp4 gop12" and what not in manifests:
+        manifests[what] = str(camera_videos(setup, root / "gop12", 12))
+    elif what == "frames" and what not in manifests:
+        manifests[what] = str(extract_frames(load_manifest(Path(manifests["mp4 gop250"])), root / "frames250",
+                                             progress=False).manifest)
+    elif what == "train_frame_manifests" and what not in data:
+        train = Path(data["train_dir"])
+        data[what] = tuple(
+            str(extract_frames(load_manifest(train / f"{split}.csv"), train / "frames", progress=False).manifest)
+            for split in ("train", "val")
+        )
+    return data[what] if what in data else manifests[what]
 
 
 # ---------------------------------------------------------------------------- grids and the model
@@ -266,8 +362,8 @@ def bn_plan(schedule: MultigridSchedule, shape: GridShape) -> BNPlan:
     return BNPlan()
 
 
-def build_model(setup: Setup, channels_last: bool = False) -> torch.nn.Module:
-    model = VideoClassifier(num_classes=4, backbone=setup.backbone, tiny_width=8, dropout_rate=0.0)
+def build_model(setup: Setup, channels_last: bool = False, backbone: str | None = None) -> torch.nn.Module:
+    model = VideoClassifier(num_classes=4, backbone=backbone or setup.backbone, tiny_width=8, dropout_rate=0.0)
     converted = convert_batchnorm(model).to(setup.device)
     return converted.to(memory_format=torch.channels_last_3d) if channels_last else converted
 
@@ -315,15 +411,22 @@ def synchronize(setup: Setup) -> None:
         torch.cuda.synchronize()
 
 
-def model_table(setup: Setup, schedule: MultigridSchedule) -> list[dict[str, Any]]:
-    model = build_model(setup)
+def model_table(
+    setup: Setup, schedule: MultigridSchedule, backbone: str, layouts: tuple[bool, ...] = (False, True)
+) -> list[dict[str, Any]]:
+    """Per grid, clips/s of ``backbone``'s training steps in each memory layout of ``layouts``
+    (``True``: ``channels_last_3d``, model and input), the faster kept as ``model_clips_per_s``."""
+    models = {channels_last: build_model(setup, channels_last, backbone) for channels_last in layouts}
     rows = []
     for grid in selected_grids(setup, schedule):
         plan = bn_plan(schedule, grid.shape)
-        rate = step_rate(model, setup, grid.shape, plan, setup.precision, setup.model_steps)
-        rows.append({"grid": grid.name, "shape": list(asdict(grid.shape).values()), "bn": plan.to_dict(),
-                     "model_clips_per_s": rate})
-        print(f"  model {grid.name}: {rate:.0f} clips/s", flush=True)
+        rates = {cl: step_rate(model, setup, grid.shape, plan, setup.precision, setup.model_steps, cl)
+                 for cl, model in models.items()}
+        best = max(rates, key=lambda cl: rates[cl])
+        rows.append({"grid": grid.name, "backbone": backbone, "shape": list(asdict(grid.shape).values()),
+                     "bn": plan.to_dict(), "model_clips_per_s": rates[best], "channels_last_3d": best,
+                     **{("channels_last" if cl else "contiguous") + "_clips_per_s": r for cl, r in rates.items()}})
+        print(f"  model {backbone} {grid.name}: {rates[best]:.0f} clips/s (channels_last_3d {best})", flush=True)
     return rows
 
 
@@ -342,190 +445,216 @@ def consume(batch: dict[str, Any], device: str) -> int:
     return int(out.shape[0])
 
 
-def loader_rate(dataset: Any, grid: Grid, setup: Setup, num_videos: int, decode: bool = True) -> float:
-    """Clips/s delivered after two warm-up batches, over at least ``loader_seconds`` and 3 batches
-    (``decode=False``: as the workers hand them over, encoded clips left encoded)."""
+def loader_rate(dataset: Any, grid: Grid, setup: Setup, mode: str = "consume") -> float:
+    """Clips/s delivered after two warm-up batches, over at least ``loader_seconds`` and 3 batches.
+
+    ``mode``: ``"consume"``, each batch on the device (decoded there when encoded, between batches);
+    ``"ahead"``, encoded batches decoded by ``DecodeAhead`` on a side stream while the next is read
+    (the training path); ``"bytes"``, as the workers hand them over, encoded clips left encoded.
+    """
     loader = ChunkedDataLoader(
-        dataset, batch_sampler=requests_for(grid, num_videos, seed=0), min_chunk_size=setup.base.batch_size,
+        dataset, batch_sampler=requests_for(grid, setup.loader_videos, seed=0), min_chunk_size=setup.base.batch_size,
         num_workers=setup.workers, collate_fn=collate_clips, pin_memory=setup.device == "cuda",
     )
-    batches = iter(loader)
+    device = torch.device(setup.device)
+    batches: Iterator[dict[str, Any]] = iter(loader)
+    if mode == "ahead":
+        batches = DecodeAhead(BatchTransfer().decode, device).iterate(batches)
 
     def take() -> int:
         batch = next(batches)
-        return consume(batch, setup.device) if decode else len(batch["label"])
+        if mode == "consume":
+            return consume(batch, setup.device)
+        if mode == "ahead" and device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # this batch decoded; the next one's decode runs on
+        return len(batch["label"])
 
-    for _ in range(2):
-        take()
-    start, clips, count = time.perf_counter(), 0, 0
-    while True:
-        clips += take()
-        count += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= setup.loader_seconds and count >= 3:
-            del batches, loader
-            return clips / elapsed
-
-
-class NvdecClips:
-    """mp4 decoded with torchcodec on the GPU in the main process: only the sampled frames, then
-    resize, crop and flip there (the workers have nothing to do)."""
-
-    def __init__(self, manifest: Path) -> None:
-        self.paths = [e.path for e in load_manifest(manifest).entries]
-
-    def batch_rate(self, grid: Grid, seconds: float) -> float:
-        from torchcodec.decoders import VideoDecoder
-
-        from lightning_multigrid.data.clip_params import sample_clip_params
-        from lightning_multigrid.data.decoding.video import probe_video
-
-        metadata = {p: probe_video(p) for p in sorted(set(self.paths))}
-        start, clips = time.perf_counter(), 0
-        for requests in requests_for(grid, len(self.paths), seed=0):
-            for request in requests:
-                path = self.paths[request.index]
-                params = sample_clip_params(request, metadata[path], flip=True)
-                frames = VideoDecoder(path, device="cuda").get_frames_at(list(params.frame_indices)).data
-                resized = F.interpolate(frames.float(), size=(params.resize_height, params.resize_width),
-                                        mode="bilinear", antialias=True)
-                clip = resized[..., params.crop_y : params.crop_y + params.crop_size,
-                               params.crop_x : params.crop_x + params.crop_size]
-                (clip.flip(-1) if params.flip else clip).to(torch.uint8)
-                clips += 1
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= seconds:
-                return clips / (time.perf_counter() - start)
-        raise AssertionError("requests_for is endless")
+    try:
+        for _ in range(2):
+            take()
+        start, clips, count = time.perf_counter(), 0, 0
+        while True:
+            clips += take()
+            count += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= setup.loader_seconds and count >= 3:
+                return clips / elapsed
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()  # ends DecodeAhead's thread
 
 
-def loader_sources(setup: Setup, data: dict[str, Any], nvdec: bool) -> dict[str, Any]:
-    manifests = {k: Path(v) for k, v in data["loader_manifests"].items()}
-    sources: dict[str, Any] = {
-        "mp4 gop250 (workers)": TrainVideoDataset(manifests["mp4 gop250"]),
-        "mp4 gop12 (workers)": TrainVideoDataset(manifests["mp4 gop12"]),
-        "frames (workers)": TrainVideoDataset(manifests["frames"]),
+def store_manifest(data: dict[str, Any]) -> Path:
+    return Path(data["loader_manifests"]["store"])
+
+
+def loader_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per grid, clips/s the store delivers (a) decoded in the workers, (b) decoded on the device ahead of use."""
+    sources = {
+        "store (workers)": (TrainVideoDataset(store_manifest(data)), "consume"),
         # Decoded on `setup.device`: the GPU, or the CPU in --smoke.
-        "frames (device decode)": TrainVideoDataset(manifests["frames"], ReaderSettings(frame_decode="device")),
+        "store (device decode)": (TrainVideoDataset(store_manifest(data), ReaderSettings(frame_decode="device")), "ahead"),
     }
-    if nvdec:
-        sources["mp4 gop12 (NVDEC, main process)"] = NvdecClips(manifests["mp4 gop12"])
-    return sources
-
-
-def loader_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any], nvdec: bool) -> list[dict[str, Any]]:
     rows = []
-    sources = loader_sources(setup, data, nvdec)
-    for grid, (name, dataset) in itertools.product(selected_grids(setup, schedule), sources.items()):
-        if isinstance(dataset, NvdecClips):
-            rate = dataset.batch_rate(grid, setup.loader_seconds)
-        else:
-            rate = loader_rate(dataset, grid, setup, setup.loader_videos)
+    for grid, (name, (dataset, mode)) in itertools.product(selected_grids(setup, schedule), sources.items()):
+        rate = loader_rate(dataset, grid, setup, mode)
         rows.append({"grid": grid.name, "source": name, "loader_clips_per_s": rate})
         print(f"  loader {grid.name} {name}: {rate:.0f} clips/s", flush=True)
     return rows
 
 
-def stage_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each stage of the frame loader alone, per grid: the workers reading the sampled JPEG files
-    (bytes only), the device decoding batches already read (nvjpeg, resize, crop, flip), and the
-    host-to-device copy of a batch the workers decoded (uint8, pinned). The model's step is ``model``."""
-    manifest = Path(data["loader_manifests"]["frames"])
-    encoded = TrainVideoDataset(manifest, ReaderSettings(frame_decode="device"))
-    rows = []
-    for grid in selected_grids(setup, schedule):
-        read = loader_rate(encoded, grid, setup, setup.loader_videos, decode=False)
-        batches = [collate_clips([encoded[r] for r in requests])
-                   for requests in itertools.islice(requests_for(grid, setup.loader_videos, seed=1), 3)]
-        decode = _repeat_rate(lambda b: consume(b, setup.device), batches, setup)
-        shape = grid.shape
-        host = torch.zeros(shape.batch_size, 3, shape.num_frames, shape.crop_size, shape.crop_size, dtype=torch.uint8)
-        pinned = [{"video": host.pin_memory() if setup.device == "cuda" else host}]
-        transfer = _repeat_rate(lambda b: consume(b, setup.device), pinned, setup)
-        rows.append({"grid": grid.name, "read_clips_per_s": read, "device_decode_clips_per_s": decode,
-                     "transfer_clips_per_s": transfer})
-        print(f"  stages {grid.name}: read {read:.0f}, decode {decode:.0f}, transfer {transfer:.0f} clips/s", flush=True)
-    return rows
+# ---------------------------------------------------------------------------- stages of both store paths
 
 
-def _repeat_rate(work: Callable[[Any], int], batches: list[Any], setup: Setup) -> float:
-    """Clips/s of ``work`` over ``batches`` cycled for ``loader_seconds`` after one warm-up pass."""
-    for batch in batches:
-        work(batch)
+def _repeat_rate(work: Callable[[Any], int], items: list[Any], setup: Setup) -> float:
+    """Clips/s of ``work`` over ``items`` cycled for ``repeat_seconds`` after one warm-up pass, the
+    device synchronised before the clock is read."""
+    for item in items:
+        work(item)
+    synchronize(setup)
     start, clips = time.perf_counter(), 0
-    for batch in itertools.cycle(batches):
-        clips += work(batch)
-        if time.perf_counter() - start >= setup.loader_seconds:
+    for item in itertools.cycle(items):
+        clips += work(item)
+        if time.perf_counter() - start >= setup.repeat_seconds:
+            synchronize(setup)
             return clips / (time.perf_counter() - start)
     raise AssertionError("itertools.cycle is endless")
 
 
-# ---------------------------------------------------------------------------- the device path, stage by stage
-
-
-def encoded_sources(data: dict[str, Any]) -> dict[str, TrainVideoDataset]:
-    """The JPEG sources of ``read``, ``decode`` and ``overlap``: datasets whose workers return bytes
-    (``frame_decode="device"``), same videos. A new source (a packed store) is one more line."""
-    return {
-        "frames": TrainVideoDataset(Path(data["loader_manifests"]["frames"]), ReaderSettings(frame_decode="device")),
-        "store": TrainVideoDataset(Path(data["loader_manifests"]["store"]), ReaderSettings(frame_decode="device")),
-    }
-
-
 def host_batches(dataset: TrainVideoDataset, grid: Grid, setup: Setup, count: int = 3) -> list[dict[str, Any]]:
-    """``count`` batches of ``grid`` as the workers hand them over (JPEG bytes), read in this process."""
+    """``count`` batches of ``grid`` as the workers hand them over, read in this process."""
     return [collate_clips([dataset[r] for r in requests])
             for requests in itertools.islice(requests_for(grid, setup.loader_videos, seed=1), count)]
-
-
-def read_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per source and grid: clips/s and frames/s the workers read (JPEG bytes, nothing decoded)."""
-    rows = []
-    for (name, dataset), grid in itertools.product(encoded_sources(data).items(), selected_grids(setup, schedule)):
-        rate = loader_rate(dataset, grid, setup, setup.loader_videos, decode=False)
-        rows.append({"source": name, "grid": grid.name, "read_clips_per_s": rate,
-                     "read_frames_per_s": rate * grid.shape.num_frames})
-        print(f"  read {name} {grid.name}: {rate:.0f} clips/s", flush=True)
-    return rows
-
-
-def decode_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per source and grid, batches already read: clips/s of the whole device decode (JPEG + crop-resize)
-    and of the crop-resize alone, with the per-clip resize loop and with the one batched crop-resize."""
-    rows = []
-    for (name, dataset), grid in itertools.product(encoded_sources(data).items(), selected_grids(setup, schedule)):
-        rows.append({"source": name, "grid": grid.name, **decode_rates(setup, host_batches(dataset, grid, setup))})
-        print(f"  decode {name} {grid.name}: {rows[-1]}", flush=True)
-    return rows
-
-
-def decode_rates(setup: Setup, batches: list[dict[str, Any]]) -> dict[str, float]:
-    clips = [b["video"].clips for b in batches]
-    images = [decode_jpegs(jpeg_tensors(c), setup.device) for c in clips]
-    rates = {}
-    for method, resize in (("per_clip", crop_resize_flip_per_clip), ("batched", crop_resize_flip)):
-        rates[f"decode_{method}_clips_per_s"] = _repeat_rate(
-            lambda c, resize=resize: int(resize(decode_jpegs(jpeg_tensors(c), setup.device), c).shape[0]), clips, setup
-        )
-        rates[f"resize_{method}_clips_per_s"] = _repeat_rate(
-            lambda k, resize=resize: int(resize(images[k], clips[k]).shape[0]), list(range(len(clips))), setup
-        )
-    return rates
 
 
 def jpeg_tensors(clips: list[Any]) -> list[torch.Tensor]:
     return [torch.frombuffer(jpeg, dtype=torch.uint8) for clip in clips for jpeg in clip.jpegs]
 
 
-def overlap_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per grid (coarsest and base, first source): ms per iteration of the training step alone on a
-    decoded batch, of the decode then the step in one thread, and of the decode one batch ahead in
-    ``DecodeAhead``'s thread (its own stream) while the step runs; ``inflation`` is overlapped over alone."""
-    name, dataset = next(iter(encoded_sources(data).items()))
+def pinned_copy_rate(grid: Grid, setup: Setup) -> float:
+    """Clips/s of the host-to-device copy of a decoded batch (uint8, pinned), as the workers path moves it."""
+    shape = grid.shape
+    host = torch.zeros(shape.batch_size, 3, shape.num_frames, shape.crop_size, shape.crop_size, dtype=torch.uint8)
+    host = host.pin_memory() if setup.device == "cuda" else host
+    return _repeat_rate(lambda h: int(h.to(setup.device, non_blocking=True).shape[0]), [host], setup)
+
+
+def workers_stages(dataset: TrainVideoDataset, grid: Grid, setup: Setup) -> dict[str, Any]:
+    """The workers path's stages as clips/s: one worker's CPU time per frame (``stage_costs``, one torch
+    thread) times the workers; transfer is the slower of the workers' collate + hand-over and the pinned copy."""
+    us = stage_costs(dataset, grid, 1, argparse.Namespace(read_frames=setup.stage_frames, videos=setup.loader_videos, repeat=2))
+
+    def capacity(*names: str) -> float:
+        seconds_per_clip = sum(us[n] for n in names) * grid.shape.num_frames / 1e6
+        return setup.workers / seconds_per_clip if seconds_per_clip > 0 else float("inf")
+
+    copy = pinned_copy_rate(grid, setup)
+    return {"read": capacity("params", "read"), "decode": capacity("decode"),
+            "crop_resize": capacity("resize_crop", "assemble"),
+            "transfer": min(capacity("collate", "transfer"), copy), "pinned_copy": copy,
+            "cpu_us_per_frame": us}
+
+
+def device_stages(dataset: TrainVideoDataset, grid: Grid, setup: Setup) -> dict[str, Any]:
+    """The device path's stages as clips/s: the workers reading the bytes (through the loader), nvjpeg
+    on batches already read, the batched crop-resize-flip alone, the bytes' copy to the device; and the
+    decode's rate in Gpx/s."""
+    device = torch.device(setup.device)
+    clips = [b["video"].clips for b in host_batches(dataset, grid, setup)]
+    images = [decode_jpegs(jpeg_tensors(c), device) for c in clips]
+    pixels_per_clip = sum(int(i.shape[-1] * i.shape[-2]) for batch in images for i in batch) / sum(len(c) for c in clips)
+
+    def decode_batch(batch: list[Any]) -> int:
+        decode_jpegs(jpeg_tensors(batch), device)
+        return len(batch)
+
+    def copy_bytes(batch: list[Any]) -> int:  # pageable, as the decoder is handed them
+        torch.cat(jpeg_tensors(batch)).to(device)
+        return len(batch)
+
+    decode = _repeat_rate(decode_batch, clips, setup)
+    resize = _repeat_rate(lambda k: int(crop_resize_flip(images[k], clips[k]).shape[0]), list(range(len(clips))), setup)
+    copy = _repeat_rate(copy_bytes, clips, setup)
+    return {"read": loader_rate(dataset, grid, setup, "bytes"), "decode": decode, "crop_resize": resize, "transfer": copy,
+            "decode_then_crop_resize": 1 / (1 / decode + 1 / resize),
+            "nvjpeg_gpx_per_s": decode * pixels_per_clip / 1e9, "decoded_pixels_per_frame": pixels_per_clip / grid.shape.num_frames}
+
+
+def short_stage(model_rate: float | None, delivered: float | None, stages: dict[str, Any], combined: str | None = None) -> str:
+    """What keeps a path below the model: ``"none"`` when it delivers what the model consumes, else the
+    slowest stage when it is below the model, else ``combined`` (stages that run in sequence) when that
+    is, else the stages together (hand-overs between them)."""
+    if model_rate is None or delivered is None:
+        return "not judged (model or loader not measured)"
+    if delivered >= model_rate:
+        return "none"
+    slowest = min(("read", "decode", "crop_resize", "transfer"), key=lambda s: stages[s])
+    if stages[slowest] < model_rate:
+        return slowest.replace("_", "-")
+    if combined and stages[combined] < model_rate:
+        return combined.replace("_", " ")
+    return f"no single stage (slowest: {slowest.replace('_', '-')}); the hand-overs between them"
+
+
+def stage_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any], report: Report) -> list[dict[str, Any]]:
+    """Per grid, each stage of both store paths alone (clips/s), beside what the model consumes and each path
+    delivers (``model`` and ``loader``), with the stage that falls short named."""
+    workers = TrainVideoDataset(store_manifest(data))
+    encoded = TrainVideoDataset(store_manifest(data), ReaderSettings(frame_decode="device"))
+    model = {r["grid"]: r["model_clips_per_s"] for r in report.rows("model")}
+    delivered = {(r["grid"], r["source"]): r["loader_clips_per_s"] for r in report.rows("loader")}
+    rows = []
+    for grid in selected_grids(setup, schedule):
+        paths = {"workers": workers_stages(workers, grid, setup), "device": device_stages(encoded, grid, setup)}
+        row: dict[str, Any] = {"grid": grid.name, "model_clips_per_s": model.get(grid.name)}
+        for path, stages in paths.items():
+            got = delivered.get((grid.name, f"store ({'workers' if path == 'workers' else 'device decode'})"))
+            combined = "decode_then_crop_resize" if path == "device" else None
+            row[path] = {**stages, "delivered": got, "short": short_stage(model.get(grid.name), got, stages, combined)}
+        rows.append(row)
+        print(f"  stages {grid.name}: workers short {row['workers']['short']}, device short {row['device']['short']}", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------------------- nvjpeg in Gpx/s
+
+
+def nvjpeg_table(setup: Setup, report: Report) -> dict[str, Any]:
+    """Batched device JPEG decode of ``nvjpeg_batch`` camera-like frames (quality 90) at each size, in Gpx/s,
+    beside the per-grid rates of ``stages`` (the store's frames) and the public figure."""
+    import simplejpeg
+
+    device = torch.device(setup.device)
+    rows = []
+    for width, height in setup.nvjpeg_sizes:
+        frames = render_camera_video(width, height, 8, np.random.default_rng(0))
+        jpegs = [torch.frombuffer(bytearray(simplejpeg.encode_jpeg(np.ascontiguousarray(f), quality=90)), dtype=torch.uint8)
+                 for f in frames]
+        batch = [jpegs[k % len(jpegs)] for k in range(setup.nvjpeg_batch)]
+        images_per_s = _repeat_rate(lambda b: len(decode_jpegs(b, device)), [batch], setup)
+        rows.append({"size": f"{width}x{height}", "batch": setup.nvjpeg_batch, "images_per_s": images_per_s,
+                     "gpx_per_s": images_per_s * width * height / 1e9})
+        print(f"  nvjpeg {width}x{height}: {rows[-1]['gpx_per_s']:.2f} Gpx/s", flush=True)
+    per_grid = [{"grid": r["grid"], "gpx_per_s": r["device"]["nvjpeg_gpx_per_s"],
+                 "pixels_per_frame": r["device"]["decoded_pixels_per_frame"]} for r in report.rows("stages")]
+    best = max([r["gpx_per_s"] for r in rows + per_grid], default=0.0)
+    return {"decoder": jpeg_decoder(), "batched": rows, "store_per_grid": per_grid, "best_gpx_per_s": best,
+            "public_gpx_per_s": PUBLIC_NVJPEG_GPX_S, "public": "about 2.9 Gpx/s batched on one A100 (issue 32)",
+            "best_over_public": best / PUBLIC_NVJPEG_GPX_S}
+
+
+# ---------------------------------------------------------------------------- overlap
+
+
+def overlap_table(setup: Setup, schedule: MultigridSchedule, dataset: TrainVideoDataset, source: str) -> list[dict[str, Any]]:
+    """Per grid (coarsest and base): ms per iteration of the training step alone on a decoded batch, of the
+    decode then the step in one thread, and of the decode one batch ahead in ``DecodeAhead``'s thread (its
+    own stream) while the step runs; ``inflation`` is overlapped over alone."""
     rows = []
     for grid in [g for g in selected_grids(setup, schedule) if g.name in ("coarsest", "base")]:
         step = training_step(build_model(setup), setup, bn_plan(schedule, grid.shape), setup.precision)
-        rows.append({"source": name, "grid": grid.name, **overlap_times(setup, step, host_batches(dataset, grid, setup))})
+        rows.append({"source": source, "grid": grid.name, **overlap_times(setup, step, host_batches(dataset, grid, setup))})
         print(f"  overlap {grid.name}: {rows[-1]}", flush=True)
     return rows
 
@@ -579,31 +708,132 @@ def _seconds_of(work: Callable[[], int], setup: Setup, steps: int) -> float:
 # ---------------------------------------------------------------------------- end to end
 
 
-def end_to_end(setup: Setup, data: dict[str, Any], source: str, decode_ahead: int = 1) -> dict[str, Any]:
-    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``; frames are
+def end_to_end(setup: Setup, data: dict[str, Any], source: str, decode_ahead: int = 1, backbone: str | None = None) -> dict[str, Any]:
+    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``; frames and stores are
     decoded on the device ``decode_ahead`` batches ahead of the step (0: between steps)."""
+    backbone = backbone or setup.backbone
     args = argparse.Namespace(
         batch_size=setup.base.batch_size, num_frames=setup.base.num_frames, crop_size=setup.base.crop_size,
         sampling_rate=setup.sampling_rate, workers=setup.workers, num_views=1, width=8, lr=setup.lr,
         milestones=list(setup.milestones), warmup_epochs=min(3, setup.milestones[0] - 1), epochs=setup.epochs,
         accelerator="gpu" if setup.device == "cuda" else "cpu", precision=setup.precision,
     )
-    data_dir = Path(data["train_dir"])
     encoded = {"frames": "train_frame_manifests", "store": "train_stores"}
+    if source == "frames":
+        ensure(setup, data, "train_frame_manifests")
     manifests = tuple(Path(p) for p in data[encoded[source]]) if source in encoded else None
     decode = "device" if source in encoded else "workers"
-    results = {}
+    results: dict[str, Any] = {"backbone": backbone, "source": source, "decode_ahead": decode_ahead}
     for name, multigrid in (("baseline", False), ("multigrid", True)):
-        result = train_run(args, data_dir, multigrid, None, setup.backbone, manifests, decode, decode_ahead)  # type: ignore[arg-type]
+        result = train_run(args, Path(data["train_dir"]), multigrid, None, backbone, manifests, decode, decode_ahead)  # type: ignore[arg-type]
         result["grid_rates"] = {f"{t}x{c}": r for (t, c), r in result["grid_rates"].items()}
         results[name] = result
-        print(f"  {source} {name}: {result['seconds']:.1f} s, {result['iterations']} iterations, "
+        print(f"  {backbone} {source} {name}: {result['seconds']:.1f} s, {result['iterations']} iterations, "
               f"top-1 {result['top1']:.3f}, data wait {result['data_wait_share']:.0%}", flush=True)
     results["speedup"] = results["baseline"]["seconds"] / results["multigrid"]["seconds"]
+    results["iteration_saving"] = results["baseline"]["iterations"] / max(results["multigrid"]["iterations"], 1)
     return results
 
 
-# ---------------------------------------------------------------------------- the rest of the GPU path
+# ---------------------------------------------------------------------------- what earlier runs measured
+
+
+def encoded_sources(setup: Setup, data: dict[str, Any]) -> dict[str, TrainVideoDataset]:
+    """The JPEG sources of ``read`` and ``decode``: datasets whose workers return bytes
+    (``frame_decode="device"``), same videos: the store and the frame folders."""
+    device = ReaderSettings(frame_decode="device")
+    return {
+        "store": TrainVideoDataset(store_manifest(data), device),
+        "frames": TrainVideoDataset(Path(ensure(setup, data, "frames")), device),
+    }
+
+
+def read_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per source and grid: clips/s and frames/s the workers read (JPEG bytes, nothing decoded)."""
+    rows = []
+    for (name, dataset), grid in itertools.product(encoded_sources(setup, data).items(), selected_grids(setup, schedule)):
+        rate = loader_rate(dataset, grid, setup, "bytes")
+        rows.append({"source": name, "grid": grid.name, "read_clips_per_s": rate,
+                     "read_frames_per_s": rate * grid.shape.num_frames})
+        print(f"  read {name} {grid.name}: {rate:.0f} clips/s", flush=True)
+    return rows
+
+
+def decode_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per grid, store batches already read: clips/s of the whole device decode (JPEG + crop-resize) and of
+    the crop-resize alone, with the per-clip resize loop and with the one batched crop-resize."""
+    dataset = TrainVideoDataset(store_manifest(data), ReaderSettings(frame_decode="device"))
+    rows = []
+    for grid in selected_grids(setup, schedule):
+        rows.append({"source": "store", "grid": grid.name, **decode_rates(setup, host_batches(dataset, grid, setup))})
+        print(f"  decode store {grid.name}: {rows[-1]}", flush=True)
+    return rows
+
+
+def decode_rates(setup: Setup, batches: list[dict[str, Any]]) -> dict[str, float]:
+    clips = [b["video"].clips for b in batches]
+    images = [decode_jpegs(jpeg_tensors(c), setup.device) for c in clips]
+    rates = {}
+    for method, resize in (("per_clip", crop_resize_flip_per_clip), ("batched", crop_resize_flip)):
+        rates[f"decode_{method}_clips_per_s"] = _repeat_rate(
+            lambda c, resize=resize: int(resize(decode_jpegs(jpeg_tensors(c), setup.device), c).shape[0]), clips, setup
+        )
+        rates[f"resize_{method}_clips_per_s"] = _repeat_rate(
+            lambda k, resize=resize: int(resize(images[k], clips[k]).shape[0]), list(range(len(clips))), setup
+        )
+    return rates
+
+
+class NvdecClips:
+    """mp4 decoded with torchcodec on the GPU in the main process: only the sampled frames, then
+    resize, crop and flip there (the workers have nothing to do)."""
+
+    def __init__(self, manifest: Path) -> None:
+        self.paths = [e.path for e in load_manifest(manifest).entries]
+
+    def batch_rate(self, grid: Grid, seconds: float) -> float:
+        from torchcodec.decoders import VideoDecoder
+
+        from lightning_multigrid.data.clip_params import sample_clip_params
+        from lightning_multigrid.data.decoding.video import probe_video
+
+        metadata = {p: probe_video(p) for p in sorted(set(self.paths))}
+        start, clips = time.perf_counter(), 0
+        for requests in requests_for(grid, len(self.paths), seed=0):
+            for request in requests:
+                path = self.paths[request.index]
+                params = sample_clip_params(request, metadata[path], flip=True)
+                frames = VideoDecoder(path, device="cuda").get_frames_at(list(params.frame_indices)).data
+                resized = F.interpolate(frames.float(), size=(params.resize_height, params.resize_width),
+                                        mode="bilinear", antialias=True)
+                clip = resized[..., params.crop_y : params.crop_y + params.crop_size,
+                               params.crop_x : params.crop_x + params.crop_size]
+                (clip.flip(-1) if params.flip else clip).to(torch.uint8)
+                clips += 1
+            torch.cuda.synchronize()
+            if time.perf_counter() - start >= seconds:
+                return clips / (time.perf_counter() - start)
+        raise AssertionError("requests_for is endless")
+
+
+def other_loader_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any], nvdec: bool) -> list[dict[str, Any]]:
+    """The sources earlier runs measured: mp4 at GOP 250 and 12 and frame folders decoded in the workers,
+    frame folders decoded on the device between batches, and mp4 with NVDEC where torchcodec can."""
+    manifests = {name: Path(ensure(setup, data, name)) for name in ("mp4 gop12", "frames")}
+    sources: dict[str, Any] = {
+        "mp4 gop250 (workers)": TrainVideoDataset(Path(data["loader_manifests"]["mp4 gop250"])),
+        "mp4 gop12 (workers)": TrainVideoDataset(manifests["mp4 gop12"]),
+        "frames (workers)": TrainVideoDataset(manifests["frames"]),
+        "frames (device decode)": TrainVideoDataset(manifests["frames"], ReaderSettings(frame_decode="device")),
+    }
+    if nvdec:
+        sources["mp4 gop12 (NVDEC, main process)"] = NvdecClips(manifests["mp4 gop12"])
+    rows = []
+    for grid, (name, dataset) in itertools.product(selected_grids(setup, schedule), sources.items()):
+        rate = dataset.batch_rate(grid, setup.loader_seconds) if isinstance(dataset, NvdecClips) else loader_rate(dataset, grid, setup)
+        rows.append({"grid": grid.name, "source": name, "loader_clips_per_s": rate})
+        print(f"  loader {grid.name} {name}: {rate:.0f} clips/s", flush=True)
+    return rows
 
 
 def precision_and_layout(setup: Setup, schedule: MultigridSchedule) -> list[dict[str, Any]]:
@@ -684,77 +914,136 @@ def compile_table(setup: Setup, schedule: MultigridSchedule, deadline: float) ->
 
 
 def markdown(report: dict[str, Any]) -> str:
-    lines = [f"# benchmarks/gpu.py on {report.get('env', {}).get('gpu', 'CPU (--smoke)')}", ""]
-    lines.append("```\n" + json.dumps(report.get("env", {}), indent=1) + "\n```\n")
+    env = report.get("env", {}) if isinstance(report.get("env"), dict) else {}
+    lines = [f"# benchmarks/gpu.py on {env.get('gpu', 'CPU (--smoke)')}, {env.get('date', 'date not recorded')}", ""]
+    lines.append("```\n" + json.dumps(env, indent=1, default=str) + "\n```")
     lines += _pace_table(report)
-    stages = [r for r in report.get("stages", []) if isinstance(r, dict) and "grid" in r]
-    if stages:
-        lines += ["", "| grid | frames: workers read (bytes) | device decode | transfer (uint8, pinned) |", "|---|---|---|---|"]
-        lines += [f"| {r['grid']} | {r['read_clips_per_s']:.0f} | {r['device_decode_clips_per_s']:.0f} | "
-                  f"{r['transfer_clips_per_s']:.0f} |" for r in stages]
-    lines += _device_path_tables(report)
-    e2e = {k: v for k, v in report.items() if k.startswith("end_to_end")}
-    if e2e:
-        lines += ["", "| source | run | epochs | iterations | training s | top-1 | data wait | speed-up |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for key, result in e2e.items():
-            if "baseline" not in result:
-                lines.append(f"| {key.split(':')[1]} | {result.get('error') or result.get('skipped')} |")
-                continue
-            for run in ("baseline", "multigrid"):
-                r = result[run]
-                speedup = f"{result['speedup']:.2f}x" if run == "multigrid" else ""
-                lines.append(f"| {key.split(':')[1]} | {run} | {r['epochs']} | {r['iterations']} | {r['seconds']:.1f} | "
-                             f"{r['top1']:.3f} | {r['data_wait_share']:.0%} | {speedup} |")
-    for key in ("gpu_path:precision", "gpu_path:fsdp", "gpu_path:compile"):
+    lines += _stage_tables(report)
+    lines += _nvjpeg_table(report)
+    lines += _overlap_table(report, "overlap")
+    lines += _end_to_end_tables(report)
+    lines += _legacy_tables(report)
+    for key in ("precision", "fsdp", "compile"):
         if key in report:
             lines += ["", f"`{key}`:", "```", json.dumps(report[key], indent=1, default=str)[:4000], "```"]
+    not_run = {k: v.get("skipped") or v.get("error") for k, v in report.items()
+               if isinstance(v, dict) and ("skipped" in v or "error" in v)}
+    if not_run:
+        lines += ["", "Not measured:", ""] + [f"- `{k}`: {why}" for k, why in not_run.items()]
+    seconds = report.get("seconds", {})
+    lines += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items())]
     return "\n".join(lines) + "\n"
 
 
-def _device_path_tables(report: dict[str, Any]) -> list[str]:
-    """``read``, ``decode`` and ``overlap`` as tables (clips/s; ms per iteration)."""
-    def rows(key: str) -> list[dict[str, Any]]:
-        section = report.get(key, [])
-        return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
+def _rows(report: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    section = report.get(key, [])
+    return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
 
+
+def _pace_table(report: dict[str, Any]) -> list[str]:
+    """Per grid: what each model consumes beside what each store path delivers, and what sets the pace."""
+    models = {key: {r["grid"]: r for r in _rows(report, key)} for key in ("model", "transformer:model")}
+    if not models["model"]:
+        return []
+    loader = {(r["grid"], r["source"]): r["loader_clips_per_s"] for r in _rows(report, "loader")}
+    stages = {r["grid"]: r for r in _rows(report, "stages")}
+    names = [next(iter(rows.values()))["backbone"] for rows in models.values() if rows]
+    lines = ["", "| grid (batch x frames x crop) | " + " | ".join(f"{n} consumes" for n in names)
+             + " | store, workers decode | store, device decode (ahead) |", "|---|" + "---|" * (len(names) + 2)]
+    for grid, row in models["model"].items():
+        consumed = [f"{rows[grid]['model_clips_per_s']:.0f}" if grid in rows else "-" for rows in models.values() if rows]
+        cells = []
+        for source, path in (("store (workers)", "workers"), ("store (device decode)", "device")):
+            rate = loader.get((grid, source))
+            short = stages.get(grid, {}).get(path, {}).get("short")
+            keeps_up = rate is not None and rate >= row["model_clips_per_s"]
+            verdict = "keeps up" if keeps_up else f"short: {short or 'stages not measured'}"
+            cells.append("-" if rate is None else f"{rate:.0f} ({verdict})")
+        shape = " x ".join(str(v) for v in row["shape"])
+        lines.append(f"| {grid} ({shape}) | " + " | ".join(consumed + cells) + " |")
+    return lines
+
+
+def _stage_tables(report: dict[str, Any]) -> list[str]:
+    rows = _rows(report, "stages")
+    if not rows:
+        return []
+    lines = []
+    for path, title in (("workers", "workers decode (per-core cost x workers)"), ("device", "device decode")):
+        lines += ["", f"Stages of the store, {title}, clips/s:", "",
+                  "| grid | model | delivered | read | decode | crop-resize | transfer | short |", "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            s = r[path]
+            cells = [r["model_clips_per_s"], s["delivered"], s["read"], s["decode"], s["crop_resize"], s["transfer"]]
+            lines.append(f"| {r['grid']} | " + " | ".join("-" if c is None else f"{c:.0f}" for c in cells) + f" | {s['short']} |")
+    return lines
+
+
+def _nvjpeg_table(report: dict[str, Any]) -> list[str]:
+    nvjpeg = report.get("nvjpeg")
+    if not isinstance(nvjpeg, dict) or "batched" not in nvjpeg:
+        return []
+    lines = ["", f"JPEG decode on the device ({nvjpeg['decoder']}), batched, against {nvjpeg['public']}:", "",
+             "| frames | batch | images/s | Gpx/s | of the public figure |", "|---|---|---|---|---|"]
+    for r in nvjpeg["batched"]:
+        lines.append(f"| {r['size']} | {r['batch']} | {r['images_per_s']:.0f} | {r['gpx_per_s']:.2f} | "
+                     f"{r['gpx_per_s'] / nvjpeg['public_gpx_per_s']:.2f}x |")
+    for r in nvjpeg["store_per_grid"]:
+        lines.append(f"| store, {r['grid']} ({r['pixels_per_frame']:.0f} px/frame) | grid's batch | - | {r['gpx_per_s']:.2f} | "
+                     f"{r['gpx_per_s'] / nvjpeg['public_gpx_per_s']:.2f}x |")
+    return lines
+
+
+def _overlap_table(report: dict[str, Any], key: str) -> list[str]:
+    rows = _rows(report, key)
+    if not rows:
+        return []
+    lines = ["", "| source | grid | step alone ms | decode then step ms | overlapped ms | inflation |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['source']} | {r['grid']} | {r['step_alone_ms']:.1f} | {r['decode_then_step_ms']:.1f} | "
+              f"{r['overlapped_ms']:.1f} | {r['inflation']:.2f}x |" for r in rows]
+    return lines
+
+
+def _end_to_end_tables(report: dict[str, Any]) -> list[str]:
+    runs = {k: v for k, v in report.items() if k.startswith(("end_to_end", "transformer:end_to_end")) and isinstance(v, dict)}
+    if not runs:
+        return []
+    lines = ["", "| section | run | epochs | iterations | training s | top-1 | data wait | speed-up |",
+             "|---|---|---|---|---|---|---|---|"]
+    waits = []
+    for key, result in runs.items():
+        if "baseline" not in result:
+            lines.append(f"| {key} | {result.get('error') or result.get('skipped')} |")
+            continue
+        for run in ("baseline", "multigrid"):
+            r = result[run]
+            speedup = f"{result['speedup']:.2f}x ({result['iteration_saving']:.2f}x fewer iterations)" if run == "multigrid" else ""
+            lines.append(f"| {key} ({result['backbone']}) | {run} | {r['epochs']} | {r['iterations']} | {r['seconds']:.1f} | "
+                         f"{r['top1']:.3f} | {r['data_wait_share']:.0%} | {speedup} |")
+        waits += [(key, grid, w) for grid, w in result["multigrid"].get("data_wait_grids", {}).items()]
+    if waits:
+        lines += ["", "The multigrid runs' data-wait meter, per grid:", "",
+                  "| section | grid | iterations timed | waiting |", "|---|---|---|---|"]
+        lines += [f"| {key} | {grid} | {w['iterations']} | {w['share']:.0%} |" for key, grid, w in waits]
+    return lines
+
+
+def _legacy_tables(report: dict[str, Any]) -> list[str]:
     lines: list[str] = []
-    read, decode, overlap = rows("device_path:read"), rows("device_path:decode"), rows("device_path:overlap")
+    other = _rows(report, "loader:other")
+    if other:
+        lines += ["", "| grid | source | loader clips/s |", "|---|---|---|"]
+        lines += [f"| {r['grid']} | {r['source']} | {r['loader_clips_per_s']:.0f} |" for r in other]
+    read = _rows(report, "read")
     if read:
         lines += ["", "| source | grid | read clips/s | read frames/s |", "|---|---|---|---|"]
         lines += [f"| {r['source']} | {r['grid']} | {r['read_clips_per_s']:.0f} | {r['read_frames_per_s']:.0f} |" for r in read]
+    decode = _rows(report, "decode")
     if decode:
         lines += ["", "| source | grid | decode, per-clip resize | decode, batched | resize alone, per clip | resize alone, batched |",
                   "|---|---|---|---|---|---|"]
         lines += [f"| {r['source']} | {r['grid']} | {r['decode_per_clip_clips_per_s']:.0f} | {r['decode_batched_clips_per_s']:.0f} | "
                   f"{r['resize_per_clip_clips_per_s']:.0f} | {r['resize_batched_clips_per_s']:.0f} |" for r in decode]
-    if overlap:
-        lines += ["", "| source | grid | step alone ms | decode then step ms | overlapped ms | inflation |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['source']} | {r['grid']} | {r['step_alone_ms']:.1f} | {r['decode_then_step_ms']:.1f} | "
-                  f"{r['overlapped_ms']:.1f} | {r['inflation']:.2f}x |" for r in overlap]
-    return lines
-
-
-def _pace_table(report: dict[str, Any]) -> list[str]:
-    """Per grid: what the model consumes beside what each source delivers, and which sets the pace."""
-    model = {r["grid"]: r for r in report.get("model", []) if isinstance(r, dict) and "grid" in r}
-    loader = [r for r in report.get("loader", []) if isinstance(r, dict) and "grid" in r]
-    if not model or not loader:
-        return []
-    sources = list(dict.fromkeys(r["source"] for r in loader))
-    lines = ["| grid (batch x frames x crop) | model consumes | " + " | ".join(sources) + " |",
-             "|---|---|" + "---|" * len(sources)]
-    for grid, row in model.items():
-        cells = []
-        for source in sources:
-            rate = next((r["loader_clips_per_s"] for r in loader if r["grid"] == grid and r["source"] == source), None)
-            if rate is None:
-                cells.append("-")
-            else:
-                cells.append(f"{rate:.0f} ({'keeps up' if rate >= row['model_clips_per_s'] else 'loader-bound'})")
-        shape = " x ".join(str(v) for v in row["shape"])
-        lines.append(f"| {grid} ({shape}) | {row['model_clips_per_s']:.0f} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -763,18 +1052,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="folder for gpu.json and gpu.md")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU: checks the script, measures nothing")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="skip the optional sections after this many seconds (default 420; 60 with --smoke)")
+                        help="seconds from the process start within which every section must end; a section whose "
+                             "estimate would pass it is skipped (default 480; 120 with --smoke)")
     parser.add_argument("--data", type=Path, help="work folder for the generated data (default: a temporary one)")
     parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help=f"comma-separated, in this order: {','.join(SECTIONS)} (default: all)")
+                        help=f"comma-separated, run in this order: {','.join(SECTIONS)} (default: all)")
+    parser.add_argument("--skip", default="", help="comma-separated sections or prefixes to leave out, e.g. transformer")
     return parser.parse_args(argv)
 
 
-SECTIONS = (
-    "env", "model", "read", "decode", "overlap", "end_to_end:frames", "end_to_end:frames-serial", "end_to_end:store",
-    "loader", "stages",
-    "end_to_end:mp4", "precision", "fsdp", "compile",
-)
+def chosen_sections(args: argparse.Namespace) -> set[str]:
+    sections = set(filter(None, args.sections.split(",")))
+    if sections - set(SECTIONS):
+        raise SystemExit(f"--sections: unknown {sorted(sections - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
+    skip = [s for s in args.skip.split(",") if s]
+    unknown = [s for s in skip if not any(name.startswith(s) for name in SECTIONS)]
+    if unknown:
+        raise SystemExit(f"--skip: {unknown} names no section; choose from {', '.join(SECTIONS)}")
+    return {name for name in sections if not any(name.startswith(s) for s in skip)}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -782,43 +1077,59 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     setup = SMOKE if args.smoke else FULL
     if setup.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs CUDA; `--smoke` runs the same code on CPU with tiny sizes.")
-    sections = set(args.sections.split(","))
-    if sections - set(SECTIONS):
-        raise SystemExit(f"--sections: unknown {sorted(sections - set(SECTIONS))}; choose from {', '.join(SECTIONS)}")
-    report = Report(args.out, args.budget_s or (60.0 if args.smoke else 420.0))
+    sections = chosen_sections(args)
+    report = Report(args.out, args.budget_s or (120.0 if args.smoke else 480.0), setup.cost_scale)
     schedule = benchmark_schedule(setup)
     with tempfile.TemporaryDirectory() as scratch:
         root = args.data or Path(scratch)
         data = report.section("data", lambda: make_data(setup, root, sections))
         if "error" in data:
             raise SystemExit(f"making the data failed:\n{data['traceback']}")
-        sample = Path(data["loader_manifests"]["mp4 gop12"]).parent / "000.mp4"
-        work: dict[str, tuple[str, Callable[[], Any], bool]] = {
-            "env": ("env", lambda: environment(setup, sample), False),
-            "model": ("model", lambda: model_table(setup, schedule), False),
-            "read": ("device_path:read", lambda: read_table(setup, schedule, data), False),
-            "decode": ("device_path:decode", lambda: decode_table(setup, schedule, data), False),
-            "overlap": ("device_path:overlap", lambda: overlap_table(setup, schedule, data), False),
-            "end_to_end:frames": ("end_to_end:frames (device decode)", lambda: end_to_end(setup, data, "frames"), False),
-            "end_to_end:frames-serial": ("end_to_end:frames (device decode, serial)",
-                                         lambda: end_to_end(setup, data, "frames", decode_ahead=0), False),
-            "end_to_end:store": ("end_to_end:store (device decode)", lambda: end_to_end(setup, data, "store"), False),
-            "loader": ("loader", lambda: loader_table(setup, schedule, data, nvdec_usable(report)), False),
-            "stages": ("stages", lambda: stage_table(setup, schedule, data), False),
-            "end_to_end:mp4": ("end_to_end:mp4 (workers)", lambda: end_to_end(setup, data, "mp4"), False),
-            "precision": ("gpu_path:precision", lambda: precision_and_layout(setup, schedule), True),
-            "fsdp": ("gpu_path:fsdp", lambda: fsdp_fit(setup, data), True),
-            "compile": ("gpu_path:compile",
-                        lambda: compile_table(setup, schedule, report.start + report.budget_s + 90), True),
-        }
         for name in SECTIONS:
             if name in sections:
-                key, run, optional = work[name]
-                report.section(key, run, optional)
+                report.section(name, section_work(name, setup, schedule, data, report), estimated_cost(name, report))
     text = markdown(report.data)
     (args.out / "gpu.md").write_text(text)
     print(text)
     return report.data
+
+
+def estimated_cost(name: str, report: Report) -> float:
+    """``COST_S[name]``; for the transformer's end-to-end runs, at least the r3d_18 runs' measured seconds
+    times how much slower the transformer's base-grid step measured, so a slow model is skipped, not cut."""
+    cost = float(COST_S[name])
+    if name == "transformer:end_to_end" and "end_to_end:store" in report.data["seconds"]:
+        rates = [{r["grid"]: r["model_clips_per_s"] for r in report.rows(key)}.get("base") for key in ("model", "transformer:model")]
+        if all(rates):
+            cost = max(cost, report.data["seconds"]["end_to_end:store"] * rates[0] / rates[1])
+    return cost
+
+
+def section_work(name: str, setup: Setup, schedule: MultigridSchedule, data: dict[str, Any], report: Report) -> Callable[[], Any]:
+    """What section ``name`` runs."""
+    sample = Path(data["loader_manifests"]["mp4 gop250"]).parent / "000.mp4"
+    store_device = lambda: TrainVideoDataset(store_manifest(data), ReaderSettings(frame_decode="device"))  # noqa: E731
+    work: dict[str, Callable[[], Any]] = {
+        "env": lambda: environment(setup, sample),
+        "model": lambda: model_table(setup, schedule, setup.backbone),
+        "loader": lambda: loader_table(setup, schedule, data),
+        "stages": lambda: stage_table(setup, schedule, data, report),
+        "nvjpeg": lambda: nvjpeg_table(setup, report),
+        "overlap": lambda: overlap_table(setup, schedule, store_device(), "store"),
+        "end_to_end:store": lambda: end_to_end(setup, data, "store"),
+        "transformer:model": lambda: model_table(setup, schedule, setup.transformer, layouts=(False,)),
+        "transformer:end_to_end": lambda: end_to_end(setup, data, "store", backbone=setup.transformer),
+        "decode": lambda: decode_table(setup, schedule, data),
+        "read": lambda: read_table(setup, schedule, data),
+        "loader:other": lambda: other_loader_table(setup, schedule, data, nvdec_usable(report)),
+        "end_to_end:frames": lambda: end_to_end(setup, data, "frames"),
+        "end_to_end:frames-serial": lambda: end_to_end(setup, data, "frames", decode_ahead=0),
+        "end_to_end:mp4": lambda: end_to_end(setup, data, "mp4"),
+        "precision": lambda: precision_and_layout(setup, schedule),
+        "fsdp": lambda: fsdp_fit(setup, data),
+        "compile": lambda: compile_table(setup, schedule, report.start + report.budget_s),
+    }
+    return work[name]
 
 
 def nvdec_usable(report: Report) -> bool:

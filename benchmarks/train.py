@@ -64,6 +64,7 @@ from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.grid import EvalViews
+from lightning_multigrid.meter import format_grid
 from lightning_multigrid.module import VideoClassifier
 
 
@@ -181,8 +182,9 @@ def run(
     )
     throughput = GridThroughput()
     callbacks: list[pl.Callback] = [throughput]
-    if multigrid:
-        callbacks.append(MultigridCallback(precise_bn_batches=20))
+    multigrid_callback = MultigridCallback(precise_bn_batches=20) if multigrid else None
+    if multigrid_callback is not None:
+        callbacks.append(multigrid_callback)
     trainer = pl.Trainer(
         max_epochs=args.epochs,
         accelerator=args.accelerator,
@@ -211,6 +213,19 @@ def run(
         "top1": metrics["val/top1"],
         "grid_rates": throughput.rates(),
         "data_wait_share": throughput.wait_seconds / train_seconds,
+        "data_wait_grids": data_wait_grids(multigrid_callback),
+    }
+
+
+def data_wait_grids(callback: MultigridCallback | None) -> dict[str, dict[str, float]]:
+    """The multigrid callback's data-wait meter per grid (``"batch x frames x crop"``): iterations timed,
+    seconds waited and spent, and the share waited; empty for a baseline run (no callback)."""
+    meter = getattr(callback, "_meter", None)  # the meter the callback's end-of-fit summary reads
+    if meter is None:
+        return {}
+    return {
+        format_grid(grid): {"iterations": wait.iterations, "wait_s": wait.wait_s, "total_s": wait.total_s, "share": wait.share}
+        for grid, wait in meter.grids.items()
     }
 
 
