@@ -32,6 +32,12 @@ with the same tiny model (``--backbone``: the 3D CNN ``tiny``, default, or the V
 
 The long schedule runs the baseline, the defaults, ``bn-scaled`` and ``frames-only+bn``.
 
+The optimizer is SGD with momentum 0.9 at ``--lr`` 0.05 per 8 clips and weight decay 1e-4 (the
+CNN's recipe); ``--optimizer adamw`` trains with AdamW instead (betas 0.9, 0.999; weight decay
+0.05 unless ``--weight-decay`` is given; pass its ``--lr``, e.g. 1e-3), the usual recipe for
+transformers. Either way norms, biases and position tables get no weight decay, and warm-up, step
+decay and multigrid's LR scaling are the same.
+
 **Fine-tuning scenario** (``--scenario finetune``), how most users train on a small dataset: the
 baseline pretrains once on the ``coarse`` task (``--pretrain-task``, ``--epochs`` epochs, seed
 ``--pretrain-seed``) and its backbone is saved to ``--out/pretrained.pt``; every variant then
