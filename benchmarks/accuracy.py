@@ -32,6 +32,12 @@ with the same tiny model (``--backbone``: the 3D CNN ``tiny``, default, or the V
 
 The long schedule runs the baseline, the defaults, ``bn-scaled`` and ``frames-only+bn``.
 
+The optimizer is SGD with momentum 0.9 at ``--lr`` 0.05 per 8 clips and weight decay 1e-4 (the
+CNN's recipe); ``--optimizer adamw`` trains with AdamW instead (betas 0.9, 0.999; weight decay
+0.05 unless ``--weight-decay`` is given; pass its ``--lr``, e.g. 1e-3), the usual recipe for
+transformers. Either way norms, biases and position tables get no weight decay, and warm-up, step
+decay and multigrid's LR scaling are the same.
+
 **Fine-tuning scenario** (``--scenario finetune``), how most users train on a small dataset: the
 baseline pretrains once on the ``coarse`` task (``--pretrain-task``, ``--epochs`` epochs, seed
 ``--pretrain-seed``) and its backbone is saved to ``--out/pretrained.pt``; every variant then
@@ -176,6 +182,12 @@ class Setting:
     epochs: int
 
 
+# Weight decay when --weight-decay is not given: VideoClassifier's default with SGD (the CNN runs'),
+# the usual transformer value with AdamW (Swin, MViT).
+SGD_WEIGHT_DECAY = 1e-4
+ADAMW_WEIGHT_DECAY = 0.05
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", choices=tuple(TASKS), default=list(TASKS))
@@ -211,6 +223,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--crop-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.05, help="base LR for --batch-size clips")
     parser.add_argument(
+        "--optimizer", choices=("sgd", "adamw"), default="sgd",
+        help="sgd: momentum 0.9 (the default recipe); adamw: AdamW, betas (0.9, 0.999); pass its --lr (e.g. 1e-3)",
+    )
+    parser.add_argument(
+        "--weight-decay", type=float,
+        help=f"weight decay on weights (not norms, biases, position tables); default: {SGD_WEIGHT_DECAY} with sgd, "
+        f"{ADAMW_WEIGHT_DECAY} with adamw",
+    )
+    parser.add_argument(
         "--backbone", choices=("tiny", "tiny_swin3d"), default="tiny",
         help="tiny: the 3D CNN; tiny_swin3d: the Video Swin Transformer (LayerNorm: no BatchNorm to group)",
     )
@@ -231,6 +252,8 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--markdown", action="store_true", help="with --report: also print Markdown tables")
     args = parser.parse_args()
+    if args.weight_decay is None:
+        args.weight_decay = ADAMW_WEIGHT_DECAY if args.optimizer == "adamw" else SGD_WEIGHT_DECAY
     if args.variants is None:
         args.variants = list(MAP_VARIANTS if args.map else VARIANTS)
     if args.quick:
@@ -266,6 +289,7 @@ def run_one(
     warmup, milestones = schedule_settings(setting.epochs)
     model = VideoClassifier(
         num_classes=datamodule.num_classes, backbone=args.backbone, tiny_width=args.width, lr=args.lr, nesterov=False,
+        optimizer=args.optimizer, weight_decay=args.weight_decay,
         milestones=milestones, warmup_epochs=warmup, dropout_rate=0.0,
         weights=None if weights is None else str(weights),
     )
@@ -296,6 +320,7 @@ def run_one(
                         and c.grid.crop_size == base.crop_size)
     return {
         "task": setting.task, "length": setting.length, "variant": variant, "seed": seed, "backbone": args.backbone,
+        "optimizer": args.optimizer, "lr": args.lr, "weight_decay": args.weight_decay,
         "baseline_epochs": setting.epochs, "epochs": trainer.current_epoch, "iterations": trainer.global_step,
         "full_grid_iterations": full_grid, "seconds": clock.train_seconds, "cpu_seconds": clock.train_cpu_seconds,
         "top1": float(final), "test_top1": test_top1, "test_videos": len(data[2]),

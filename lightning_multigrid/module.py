@@ -3,8 +3,9 @@
 The backbone comes by name (see :data:`~lightning_multigrid.models.BACKBONES`) or as an
 ``nn.Module``; either way its head pooling is made adaptive, so every step may bring a different
 batch size, number of frames and crop (the module itself never assumes a shape). Optimisation is
-the recipe of the multigrid paper's baselines: SGD with momentum, weight decay on weights only,
-linear warm-up, then step decay per epoch.
+the recipe of the multigrid paper's baselines: SGD with momentum (or AdamW, ``optimizer="adamw"``, the
+usual choice for transformers), weight decay on weights only, linear warm-up, then step decay per
+epoch.
 
 Batches are dicts:
 
@@ -57,6 +58,12 @@ __all__ = ["VideoClassifier", "VideoPredictions", "aggregate_views"]
 
 # The dimensions of an (N, C, T, H, W) clip that change from grid to grid.
 GRID_DIMS = (0, 2, 3, 4)
+# Optimizers that `VideoClassifier(optimizer=...)` builds.
+OPTIMIZERS = ("sgd", "adamw")
+# Parameters that get no weight decay whatever their shape: transformers' position tables (Swin's
+# relative-position bias, MViT's positional embeddings and relative-position tables, torchvision's
+# `pos_encoding.*` and the reference code's `pos_embed*`, `rel_pos_*`) and class tokens.
+NO_DECAY_NAMES = ("relative_position_bias_table", "pos_embed", "rel_pos_", "pos_encoding.", "cls_token", "class_token")
 # Graphs kept per function with `compile="per_grid"`: a schedule's distinct grids (about 12) and room.
 PER_GRID_RECOMPILE_LIMIT = 32
 
@@ -76,10 +83,16 @@ class VideoClassifier(pl.LightningModule):
         multi_label: multi-hot labels and binary cross-entropy with logits (and ``map`` metrics)
             instead of class indices and cross-entropy.
         lr: base learning rate (for the baseline batch size; the multigrid callback scales it).
-        momentum: SGD momentum.
-        nesterov: use Nesterov momentum.
-        weight_decay: L2 penalty on weights; BatchNorm parameters and biases (parameters with at
-            most one dimension) get none.
+        optimizer: ``"sgd"`` (momentum SGD, the multigrid paper's recipe) or ``"adamw"``
+            (``torch.optim.AdamW``, betas ``(0.9, 0.999)``, decoupled weight decay: the usual
+            choice for transformers, typically with ``lr`` about ``1e-3`` and ``weight_decay``
+            about ``0.05``). Warm-up, step decay and the multigrid callback's LR scaling are the
+            same for both.
+        momentum: SGD momentum (unused with AdamW).
+        nesterov: use Nesterov momentum (SGD; unused with AdamW).
+        weight_decay: weight decay on weights (SGD: L2 penalty; AdamW: decoupled); norm
+            parameters, biases (parameters with at most one dimension) and transformers' position
+            tables (:data:`NO_DECAY_NAMES`) get none.
         warmup_epochs: epochs of linear warm-up, 0 for none.
         warmup_start_factor: LR factor of the first warm-up epoch, in ``(0, 1]``.
         milestones: absolute epochs (0-based, counted from the start of training, warm-up
@@ -135,6 +148,7 @@ class VideoClassifier(pl.LightningModule):
         backbone: str | nn.Module = "tiny",
         multi_label: bool = False,
         lr: float = 0.1,
+        optimizer: Literal["sgd", "adamw"] = "sgd",
         momentum: float = 0.9,
         nesterov: bool = True,
         weight_decay: float = 1e-4,
@@ -157,7 +171,9 @@ class VideoClassifier(pl.LightningModule):
         check_int("tiny_width", tiny_width, 1)
         if slowfast_alpha is not None:
             check_int("slowfast_alpha", slowfast_alpha, 1)
-        _check_sgd(lr, gamma, momentum, weight_decay, nesterov, warmup_start_factor)
+        if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+            raise ValueError(f"`optimizer` must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}.")
+        _check_sgd(lr, gamma, momentum, weight_decay, nesterov and optimizer == "sgd", warmup_start_factor)
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
         if isinstance(backbone_lr_factor, bool) or not isinstance(backbone_lr_factor, (int, float)) or not backbone_lr_factor > 0:
@@ -361,10 +377,13 @@ class VideoClassifier(pl.LightningModule):
         return self._pretrained
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """SGD parameter groups: ``decay`` (weights) and ``no_decay`` (BatchNorm, biases).
+        """Optimizer parameter groups: ``decay`` (weights) and ``no_decay`` (norms, biases, position tables).
 
         Parameters with at most one dimension (BatchNorm/LayerNorm scales and shifts, biases) are
         not decayed: decaying them shrinks normalisation gains without regularising anything.
+        Neither are transformers' position tables and class tokens (names containing one of
+        :data:`NO_DECAY_NAMES`, e.g. Swin's ``relative_position_bias_table``), as in Swin's and
+        MViT's reference recipes.
         Frozen parameters (``requires_grad=False``) are left out. With ``backbone_lr_factor`` != 1
         the groups are ``head/decay``, ``head/no_decay`` (the classifier, at ``lr``) and
         ``backbone/decay``, ``backbone/no_decay`` (the rest, at ``lr * backbone_lr_factor``).
@@ -376,7 +395,7 @@ class VideoClassifier(pl.LightningModule):
         for name, parameter in self.named_parameters():
             if parameter.requires_grad:
                 part = "" if factor == 1 else ("head/" if name in head else "backbone/")
-                groups.setdefault((part, parameter.ndim > 1), []).append(parameter)
+                groups.setdefault((part, _decays(name, parameter)), []).append(parameter)
         return [
             {
                 "name": f"{part}{'decay' if decays else 'no_decay'}",
@@ -389,7 +408,7 @@ class VideoClassifier(pl.LightningModule):
 
     @override
     def configure_optimizers(self) -> Any:
-        """SGD, and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`.
+        """SGD (or AdamW), and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`.
 
         Without warm-up the scheduler is a ``MultiStepLR`` with the absolute milestones; with it, a
         ``SequentialLR([LinearLR, MultiStepLR], milestones=[warmup_epochs])`` whose
@@ -398,9 +417,13 @@ class VideoClassifier(pl.LightningModule):
         linearly from ``lr * warmup_start_factor`` during the warm-up.
         """
         hp = self.hparams
-        optimizer = torch.optim.SGD(
-            self.parameter_groups(), lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov
-        )
+        optimizer: torch.optim.Optimizer
+        if hp.get("optimizer", "sgd") == "adamw":
+            optimizer = torch.optim.AdamW(self.parameter_groups(), lr=hp.lr, betas=(0.9, 0.999))
+        else:
+            optimizer = torch.optim.SGD(
+                self.parameter_groups(), lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov
+            )
         warmup = hp.warmup_epochs
         steps = MultiStepLR(optimizer, milestones=[m - warmup for m in self._milestones], gamma=hp.gamma)
         scheduler: LRScheduler = steps
@@ -440,6 +463,11 @@ def _backbone(
             f"unset `slowfast_alpha`, or choose a two-pathway backbone ({', '.join(TWO_PATHWAY_BACKBONES)})."
         )
     return model, slowfast_alpha or default_alpha
+
+
+def _decays(name: str, parameter: nn.Parameter) -> bool:
+    """Whether weight decay applies: weights of two or more dimensions, not position tables."""
+    return parameter.ndim > 1 and not any(key in name for key in NO_DECAY_NAMES)
 
 
 def _check_sgd(

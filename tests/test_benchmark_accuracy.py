@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse(monkeypatch: pytest.MonkeyPatch, *argv: str) -> Any:
+    spec = importlib.util.spec_from_file_location("accuracy_benchmark", ROOT / "benchmarks" / "accuracy.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(sys, "argv", ["accuracy.py", *argv])
+    return module.parse_args()
+
+
+def test_weight_decay_defaults_by_optimizer_unless_given(monkeypatch):
+    assert (parse(monkeypatch).optimizer, parse(monkeypatch).weight_decay) == ("sgd", 1e-4)
+    assert parse(monkeypatch, "--optimizer", "adamw").weight_decay == 0.05
+    assert parse(monkeypatch, "--optimizer", "adamw", "--weight-decay", "0.01").weight_decay == 0.01
+    assert parse(monkeypatch, "--weight-decay", "0").weight_decay == 0.0
 
 
 @pytest.mark.slow
@@ -33,6 +52,7 @@ def test_accuracy_benchmark_quick(tmp_path):
     assert all(0 <= r["top1"] <= 1 and r["seconds"] > 0 and r["curve"] for r in runs)
     # Every run is scored on the independent test set too (--quick: 16 videos; default 800).
     assert all(0 <= r["test_top1"] <= 1 and r["test_videos"] == 16 and r["cpu_seconds"] > 0 for r in runs)
+    assert all((r["optimizer"], r["weight_decay"]) == ("sgd", 1e-4) for r in runs)  # the defaults, recorded
     assert "fine task (texture cell 2 px), short schedule" in result.stdout
     for figure in ("accuracy.png", "curves.png"):
         assert (tmp_path / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -175,6 +175,38 @@ def test_weight_decay_skips_batchnorm_and_biases() -> None:
     assert optimizer.defaults["momentum"] == 0.9 and optimizer.defaults["nesterov"] is False
 
 
+def test_adamw_groups_leave_swin_position_tables_undecayed() -> None:
+    model = VideoClassifier(num_classes=3, backbone="tiny_swin3d", tiny_width=4, optimizer="adamw", lr=1e-3,
+                            weight_decay=0.05)
+    optimizer = model.configure_optimizers()["optimizer"]
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["betas"] == (0.9, 0.999)
+    names = {id(p): name for name, p in model.named_parameters()}
+    groups = {g["name"]: ({names[id(p)] for p in g["params"]}, g["weight_decay"], g["lr"]) for g in optimizer.param_groups}
+    decayed, decay, lr = groups["decay"]
+    not_decayed, no_decay, _ = groups["no_decay"]
+    assert (decay, no_decay, lr) == (0.05, 0.0, 1e-3)
+    tables = {name for name in names.values() if name.endswith("relative_position_bias_table")}
+    assert tables and tables <= not_decayed  # 2-D, yet not decayed
+    assert all(p.ndim > 1 for name, p in model.named_parameters() if name in decayed)
+    assert not any("norm" in name or name.endswith(".bias") for name in decayed)
+    assert "backbone.head.weight" in decayed and decayed | not_decayed == set(names.values())
+
+
+def test_adamw_fits_tiny_swin3d(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = VideoClassifier(num_classes=5, backbone="tiny_swin3d", tiny_width=4, optimizer="adamw", lr=3e-3,
+                            weight_decay=0.05, warmup_epochs=1, milestones=(2,), dropout_rate=0.0)
+    assert model.hparams.optimizer == "adamw"
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    fit = trainer(tmp_path, max_epochs=3, limit_train_batches=3, limit_val_batches=1)
+    fit.fit(model, loader(batches(MIXED_SHAPES, 5)), loader(batches(MIXED_SHAPES[:1], 5)))
+    assert fit.global_step == 9
+    assert math.isfinite(fit.callback_metrics["train/loss"]) and math.isfinite(fit.callback_metrics["val/loss"])
+    after = dict(model.named_parameters())
+    assert all(not torch.equal(before[name], after[name]) for name in before if name.endswith("bias_table"))
+    assert isinstance(fit.optimizers[0], torch.optim.AdamW)
+
+
 def test_warmup_then_steps_gives_the_expected_lr_per_epoch(tmp_path: Path) -> None:
     model = VideoClassifier(
         num_classes=3, backbone="tiny", tiny_width=4, lr=0.1, warmup_epochs=2, warmup_start_factor=0.1,
@@ -268,10 +300,15 @@ def test_backbone_module_is_made_compatible_and_not_saved() -> None:
         ({"warmup_start_factor": 0.0}, r"`warmup_start_factor` must be in \(0, 1\]"),
         ({"backbone": "x3d_xs", "slowfast_alpha": 4}, "has one pathway"),
         ({"lr": 0}, "`lr` must be a positive number"),
+        ({"optimizer": "adam"}, r"`optimizer` must be one of 'sgd', 'adamw', got 'adam'"),
+        ({"optimizer": "adamw", "momentum": 0.0}, None),  # momentum and nesterov are SGD's only
     ],
 )
-def test_invalid_arguments(kwargs: dict[str, Any], match: str) -> None:
+def test_invalid_arguments(kwargs: dict[str, Any], match: str | None) -> None:
     arguments: dict[str, Any] = {"num_classes": 3, **kwargs}
+    if match is None:
+        VideoClassifier(**arguments)
+        return
     with pytest.raises((ValueError, TypeError), match=match):
         VideoClassifier(**arguments)
 
