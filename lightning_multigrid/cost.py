@@ -10,7 +10,10 @@ some grids slower per FLOP (on CPU a 3D CNN's 2-frame grids cost 1.9x per FLOP, 
   per clip. Deterministic: every rank and every run count the same.
 - ``"time"``: the wall-clock time of a forward + backward at the grid's batch, per clip (the fastest
   of a few passes: interference from other work only adds time), as Open-Sora's batch search times
-  each bucket. It sees what FLOPs miss (kernels slower per FLOP,
+  each bucket. A step also has a part that does not grow with the batch (per-layer launches, small
+  tensors), so a cost per clip timed at Equation 1's batch misjudges the grid at the batch it will
+  train with: each grid after the base is timed again at the batch that first cost sizes it to, and
+  the second cost per clip is kept. It sees what FLOPs miss (kernels slower per FLOP,
   memory-bound layers), but is noisy: a run measures it once and keeps it (the callback stores it in
   its checkpoint state and ranks use rank 0's).
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Literal
 
 import torch
@@ -59,9 +63,11 @@ def measure_clip_costs(
     Args:
         model: maps ``(N, C, T, H, W)`` clips (``[slow, fast]`` with ``slowfast_alpha``) to a tensor;
             left as it was (see the module's docstring).
-        grids: the grids to measure, e.g. :meth:`~lightning_multigrid.config.MultigridConfig.cost_grids`;
-            ``"time"`` runs each at its ``batch_size``, ``"flops"`` at :data:`FLOP_BATCH_SIZE` clips. A
-            ``(num_frames, crop_size)`` is measured once.
+        grids: the grids to measure, the base grid first, e.g.
+            :meth:`~lightning_multigrid.config.MultigridConfig.cost_grids`; ``"time"`` runs each at its
+            ``batch_size``, then the others again at the batch sized from that cost;
+            ``"flops"`` runs each at :data:`FLOP_BATCH_SIZE` clips. A ``(num_frames, crop_size)`` is
+            measured once.
         method: ``"flops"`` or ``"time"``.
         num_channels: input channels ``C``.
         slowfast_alpha: for a two-pathway model, the frame-rate ratio of its input split.
@@ -80,11 +86,7 @@ def measure_clip_costs(
         ValueError: for an unknown ``method``, no ``grids``, non-positive ``repeats``, or a model
             whose output is not a tensor.
     """
-    if method not in ("flops", "time"):
-        raise ValueError(f"`method` must be 'flops' or 'time' (how batches are sized by cost), got {method!r}.")
-    check_positive_int("repeats", repeats)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"`warmup` must be an integer >= 0, got {warmup!r}.")
+    _check_measure_args(method, repeats, warmup)
     distinct = {(g.num_frames, g.crop_size): g for g in reversed(grids)}  # the first of each size wins
     if not distinct:
         raise ValueError("`grids` is empty: pass the grids to measure, e.g. `config.cost_grids()`.")
@@ -93,13 +95,11 @@ def measure_clip_costs(
         parameter.device if parameter is not None else torch.device("cpu")
     )
     dtype = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
-    costs = []
+    costs: list[ClipCost] = []
     with _model_kept(model, device):
         for grid in (g for g in grids if distinct.get((g.num_frames, g.crop_size)) is g):
             batch_size = FLOP_BATCH_SIZE if method == "flops" else grid.batch_size
-            clip = torch.randn(batch_size, num_channels, grid.num_frames, grid.crop_size, grid.crop_size,
-                               device=device, dtype=dtype)
-            inputs = clip if slowfast_alpha is None else slowfast_pathways(clip, slowfast_alpha)
+            inputs = _inputs(batch_size, num_channels, grid, device, dtype, slowfast_alpha)
 
             def step(inputs: torch.Tensor | list[torch.Tensor] = inputs) -> None:
                 with context():
@@ -118,8 +118,30 @@ def measure_clip_costs(
                 cost = counter.get_total_flops() / batch_size
             else:
                 cost = _fastest_seconds(step, device, repeats, warmup, clock) / batch_size
+                if costs:  # again at the batch this cost sizes the grid to (the base grid is the first)
+                    base = grids[0]
+                    sized = max(1, round(base.batch_size * costs[0].cost_per_clip / cost))
+                    if sized != batch_size:
+                        step = partial(step, _inputs(sized, num_channels, grid, device, dtype, slowfast_alpha))
+                        cost = _fastest_seconds(step, device, repeats, warmup, clock) / sized
             costs.append(ClipCost(grid.num_frames, grid.crop_size, float(cost)))
     return tuple(costs)
+
+
+def _check_measure_args(method: str, repeats: int, warmup: int) -> None:
+    if method not in ("flops", "time"):
+        raise ValueError(f"`method` must be 'flops' or 'time' (how batches are sized by cost), got {method!r}.")
+    check_positive_int("repeats", repeats)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"`warmup` must be an integer >= 0, got {warmup!r}.")
+
+
+def _inputs(
+    batch_size: int, num_channels: int, grid: GridShape, device: torch.device, dtype: torch.dtype, slowfast_alpha: int | None
+) -> torch.Tensor | list[torch.Tensor]:
+    """Random clips of ``grid``'s shape, ``batch_size`` of them (split into pathways with ``slowfast_alpha``)."""
+    clip = torch.randn(batch_size, num_channels, grid.num_frames, grid.crop_size, grid.crop_size, device=device, dtype=dtype)
+    return clip if slowfast_alpha is None else slowfast_pathways(clip, slowfast_alpha)
 
 
 def _fastest_seconds(
