@@ -375,17 +375,26 @@ class MultigridCallback(Callback):
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
-    def _pretrained(self, pl_module: pl.LightningModule) -> bool:
-        """Whether the run starts from pretrained weights: the callback's ``pretrained``, else the module's."""
+    def _pretrained_choice(self, pl_module: pl.LightningModule) -> tuple[bool | None, str]:
+        """Whether the run starts from pretrained weights (``None``: nobody says) and who says it: the
+        callback's ``pretrained``, else the module's."""
         if self.options.pretrained is not None:
-            return self.options.pretrained
-        return isinstance(pl_module, PretrainedModule) and bool(pl_module.pretrained)
+            return self.options.pretrained, f"`MultigridCallback(pretrained={self.options.pretrained})`"
+        if isinstance(pl_module, PretrainedModule):
+            return bool(pl_module.pretrained), f"the module's `pretrained` ({bool(pl_module.pretrained)})"
+        return None, (
+            f"{type(pl_module).__name__} has no `pretrained` attribute; pass `MultigridCallback(pretrained=True)` "
+            "if it starts from pretrained weights"
+        )
+
+    def _pretrained(self, pl_module: pl.LightningModule) -> bool:
+        """Whether the run starts from pretrained weights (from scratch when nobody says)."""
+        return bool(self._pretrained_choice(pl_module)[0])
 
     def _summary(self, datamodule: GridDataModule, pl_module: pl.LightningModule, trainer: pl.Trainer) -> str:
         assert self.schedule is not None
         size = datamodule.train_dataset_size if isinstance(datamodule, SizedDataModule) else None
-        known = self.options.pretrained is not None or isinstance(pl_module, PretrainedModule)
-        pretrained = self._pretrained(pl_module) if known else None
+        pretrained, _ = self._pretrained_choice(pl_module)
         dataset_size = size if isinstance(size, int) and size > 0 else None
         hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
         has_batchnorm = any(isinstance(module, _BatchNorm) for module in pl_module.modules())
@@ -403,16 +412,8 @@ class MultigridCallback(Callback):
 
     def _warmup_rule(self, pl_module: pl.LightningModule) -> str:
         """The summary line naming the warm-up rule and who chose it."""
-        if self.options.pretrained is not None:
-            source = f"`MultigridCallback(pretrained={self.options.pretrained})`"
-        elif isinstance(pl_module, PretrainedModule):
-            source = f"the module's `pretrained` ({bool(pl_module.pretrained)})"
-        else:
-            source = (
-                f"{type(pl_module).__name__} has no `pretrained` attribute; pass `MultigridCallback(pretrained=True)` "
-                "if it starts from pretrained weights"
-            )
-        if self._pretrained(pl_module):
+        pretrained, source = self._pretrained_choice(pl_module)
+        if pretrained:
             return f"warm-up: pretrained rule (a warm-up covers its share of the baseline timeline; {source})."
         return f"warm-up: from-scratch rule (a warm-up lasts the baseline warm-up's optimizer steps; {source})."
 
