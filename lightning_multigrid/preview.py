@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.config import MultigridConfig
+from lightning_multigrid.limits import limited_iterations
 from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
 from lightning_multigrid.stages import build_stage
 
@@ -130,11 +131,17 @@ SHORT_RUN_MEASURED = (
 )
 
 
-def format_regime(regime: Regime) -> str:
-    """The regime as text: the step counts on one line, then the advice."""
+def format_regime(regime: Regime, run: str = "this run") -> str:
+    """The regime as text: the step counts on one line, then the advice.
+
+    Args:
+        regime: the regime of :func:`describe_regime` (full epochs).
+        run: what the multigrid step count is of, in the text: "this run" for a preview; "multigrid (full epochs)" where
+            the run trains part of each epoch (``limit_train_batches``), so its own count is another one.
+    """
     saving = regime.baseline_steps / regime.multigrid_steps
     return (
-        f"regime: {regime.baseline_steps} baseline optimizer steps per device; this run {regime.multigrid_steps} "
+        f"regime: {regime.baseline_steps} baseline optimizer steps per device; {run} {regime.multigrid_steps} "
         f"({saving:.2f}x fewer), {regime.full_grid_steps} of them at the full grid; compute (clips x frames x "
         f"pixels) {regime.relative_compute:.2f}x the baseline's.\n{regime.advice}"
     )
@@ -294,6 +301,7 @@ def format_table(
     pretrained: bool | None = None,
     size_hint: str = "give the dataset size (`dataset_size`)",
     has_batchnorm: bool = True,
+    limit_train_batches: float = 1.0,
 ) -> str:
     """A readable table, one row per stage, and a summary line.
 
@@ -305,6 +313,9 @@ def format_table(
     cycle, or the callback's ``convert_batchnorm=False``), or "none" with a note when the model has
     no BatchNorm (``has_batchnorm=False``: a transformer's LayerNorm needs no conversion). Without
     ``dataset_size``, the last line says how to get those: ``size_hint``, as the caller's user gives the size.
+    With ``dataset_size`` and a Trainer's ``limit_train_batches`` other than 1.0 (a fraction, or a number of
+    batches), the counts above stay those of full epochs, said so, and a last line gives the iterations of
+    the run that trains part of each epoch (:func:`~lightning_multigrid.limits.limited_iterations`).
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -341,12 +352,22 @@ def format_table(
         multigrid = schedule.total_iterations(dataset_size)
         summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
         warning = full_grid_warning(schedule, dataset_size)
+        limited = limit_train_batches != 1.0 or isinstance(limit_train_batches, int)
+        regime = format_regime(describe_regime(schedule, dataset_size, pretrained), "multigrid (full epochs)" if limited else "this run")
         return "\n".join(
             [*lines, "", summary, *sizing, "", _format_grid_counts(schedule, dataset_size),
              *([f"warning: {warning}"] if warning else []),
-             "", format_regime(describe_regime(schedule, dataset_size, pretrained))]
+             "", regime, *([_format_limited(schedule, dataset_size, limit_train_batches)] if limited else [])]
         )
     return "\n".join([*lines, "", summary, *sizing, "", f"regime: {size_hint} to see the optimizer steps and the advice."])
+
+
+def _format_limited(schedule: MultigridSchedule, dataset_size: int, limit_train_batches: float) -> str:
+    multigrid, baseline = limited_iterations(schedule, dataset_size, limit_train_batches)
+    return (
+        f"this run, with `limit_train_batches={limit_train_batches}`: {multigrid} iterations per device vs {baseline} "
+        "for its baseline (the counts above are of full epochs)"
+    )
 
 
 def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:
