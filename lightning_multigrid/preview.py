@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,9 @@ class GridSizing:
         equation1_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
         sized_batch: clips per device sized by the measured cost (what training uses).
         sized_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
+        shapes: the long-cycle shapes ``(num_frames, crop_size)`` whose stages train the grid at these
+            batches (the base shape's for fine-tuning too). A short-cycle grid of two shapes can have
+            two cost-sized batches: each stage rounds its batches to a multiple of its BatchNorm groups.
     """
 
     num_frames: int
@@ -195,13 +199,17 @@ class GridSizing:
     equation1_iteration_cost: float
     sized_batch: int
     sized_iteration_cost: float
+    shapes: tuple[tuple[int, int], ...] = ()
 
 
 def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     """Each grid's Equation 1 batch beside its cost-sized one, for a config whose batches are sized by cost.
 
     Grids in order of the long-cycle shapes (then the base shape's, for fine-tuning), each
-    shape's short cycle in its order; a grid with the same batches in several cycles is listed once.
+    shape's short cycle in its order; a grid with the same batches in several cycles is listed once,
+    with each of those shapes (``shapes``). With cost-sized batches a grid can be listed twice: each
+    stage rounds its batches to a multiple of its own BatchNorm groups (e.g. 57 clips of 4 x 16 in the
+    4 x 23 shape's short cycle, 3 groups, and 58 in the 4 x 32 shape's, 2 groups).
 
     Raises:
         ValueError: when ``config`` does not size batches by cost, or lacks a grid's cost.
@@ -212,11 +220,12 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     options = config.options
     factors = dict.fromkeys([*(options.long_cycle_factors if options.long_cycle else ()), (1.0, 1.0)])
     cap = options.short_run.max_lr_factor if options.short_run is not None else None
-    rows: dict[GridSizing, None] = {}
+    rows: dict[GridSizing, list[tuple[int, int]]] = {}
     for pair in factors:
         full_grid = options.short_run is not None
         paper_stage = build_stage(paper, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
         sized_stage = build_stage(config, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
+        shape = (sized_stage.shape.num_frames, sized_stage.shape.crop_size)
         for equation1, sized in zip(paper_stage.short_cycle or (paper_stage.shape,), sized_stage.short_cycle or (sized_stage.shape,)):
             cost = config.relative_cost(sized.num_frames, sized.crop_size)
             row = GridSizing(
@@ -224,23 +233,32 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
                 equation1.batch_size, equation1.batch_size * cost / config.batch_size,
                 sized.batch_size, sized.batch_size * cost / config.batch_size,
             )
-            rows[row] = None
-    return tuple(rows)
+            shapes = rows.setdefault(row, [])
+            if shape not in shapes:
+                shapes.append(shape)
+    return tuple(dataclasses.replace(row, shapes=tuple(shapes)) for row, shapes in rows.items())
 
 
 def format_sizing(config: MultigridConfig) -> str:
-    """:func:`grid_sizings` as a table, under a line that names the measure."""
-    rows = [("grid (frames x crop)", "cost per clip", "Eq. 1 batch", "iteration cost", "cost-sized batch", "iteration cost")]
-    for g in grid_sizings(config):
+    """:func:`grid_sizings` as a table, under a line that names the measure, with the long-cycle shapes that
+    train each grid; a note says why when a grid is listed twice."""
+    rows = [("grid (frames x crop)", "in shape", "cost per clip", "Eq. 1 batch", "iteration cost", "cost-sized batch",
+             "iteration cost")]
+    sizings = grid_sizings(config)
+    for g in sizings:
         rows.append((
-            f"{g.num_frames} x {g.crop_size}", f"{g.relative_cost:.3f}",
+            f"{g.num_frames} x {g.crop_size}", ", ".join(f"{t} x {c}" for t, c in g.shapes), f"{g.relative_cost:.3f}",
             str(g.equation1_batch), f"{g.equation1_iteration_cost:.2f}",
             str(g.sized_batch), f"{g.sized_iteration_cost:.2f}",
         ))
+    grids = [(g.num_frames, g.crop_size) for g in sizings]
+    twice = len(set(grids)) < len(grids)
     return "\n".join([
         f"Batches sized by measured {config.options.batch_sizing} (cost per clip and per iteration relative to the base "
         f"grid's, {config.num_frames} x {config.crop_size} at {config.batch_size} clips; training uses the cost-sized batch):",
         *table_lines(rows),
+        *(["A grid listed twice trains in two long-cycle shapes' short cycles at two batches: each shape rounds its "
+           "batches to a multiple of its BatchNorm groups."] if twice else []),
     ])
 
 
@@ -353,7 +371,8 @@ def format_table(
         summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
         warning = full_grid_warning(schedule, dataset_size)
         limited = limit_train_batches != 1.0 or isinstance(limit_train_batches, int)
-        regime = format_regime(describe_regime(schedule, dataset_size, pretrained), "multigrid (full epochs)" if limited else "this run")
+        run = "multigrid (full epochs)" if limited else "this run"
+        regime = format_regime(describe_regime(schedule, dataset_size, pretrained), run)
         return "\n".join(
             [*lines, "", summary, *sizing, "", _format_grid_counts(schedule, dataset_size),
              *([f"warning: {warning}"] if warning else []),
@@ -371,23 +390,24 @@ def _format_limited(schedule: MultigridSchedule, dataset_size: int, limit_train_
 
 
 def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:
+    """The per-grid table: the grids that train, and a line naming those that get no iteration."""
     counts = grid_counts(schedule, dataset_size)
     base = schedule.base_shape
+
+    def name(count: GridCount) -> str:
+        full = " (full grid)" if (count.grid.num_frames, count.grid.crop_size) == (base.num_frames, base.crop_size) else ""
+        return f"{count.grid.batch_size} x {count.grid.num_frames} x {count.grid.crop_size}{full}"
+
     header = ("grid (batch x frames x crop)", "iterations", "clips", "share of iterations")
     total = sum(c.iterations for c in counts)
     rows = [header]
     for c in counts:
-        full = " (full grid)" if (c.grid.num_frames, c.grid.crop_size) == (base.num_frames, base.crop_size) else ""
-        rows.append(
-            (
-                f"{c.grid.batch_size} x {c.grid.num_frames} x {c.grid.crop_size}{full}",
-                str(c.iterations),
-                str(c.clips),
-                f"{100 * c.iterations / total:.1f}%",
-            )
-        )
-    lines = table_lines(rows)
-    return "\n".join(["Per grid, per device:", *lines])
+        if c.iterations:
+            rows.append((name(c), str(c.iterations), str(c.clips), f"{100 * c.iterations / total:.1f}%"))
+    # An epoch of fewer iterations than the short cycle's three never reaches its later grids.
+    untrained = [name(c) for c in counts if not c.iterations]
+    note = [f"no iteration (epochs too short to reach them): {', '.join(untrained)}"] if untrained else []
+    return "\n".join(["Per grid, per device:", *table_lines(rows), *note])
 
 
 def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: int | None = None) -> None:
