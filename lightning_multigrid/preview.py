@@ -267,6 +267,9 @@ def schedule_to_dict(
 ) -> dict[str, Any]:
     """The schedule as plain data, one entry per epoch (the ``--format json`` contract).
 
+    ``max_epochs`` is the multigrid run's epochs (the length of ``epochs``), ``baseline_max_epochs`` the
+    baseline's that the schedule was built for.
+
     With ``dataset_size``: also the iterations, the per-grid counts, the warnings and the
     ``regime`` (:func:`describe_regime`, given ``pretrained``).
     """
@@ -287,7 +290,9 @@ def schedule_to_dict(
                 "short_cycle": [{"batch_size": g.batch_size, "crop_size": g.crop_size} for g in stage.short_cycle],
             }
         )
-    result: dict[str, Any] = {"max_epochs": schedule.max_epochs, "epochs": epochs}
+    result: dict[str, Any] = {
+        "max_epochs": schedule.max_epochs, "baseline_max_epochs": schedule.config.max_epochs, "epochs": epochs,
+    }
     if schedule.config.sizes_by_cost:
         result["batch_sizing"] = {
             "method": schedule.config.options.batch_sizing,

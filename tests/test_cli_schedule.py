@@ -189,7 +189,7 @@ def test_table_states_the_regime():
     # 239 epochs x ceil(30000 clips per device / 8) = 896,250 baseline steps: within the regime.
     assert kinetics["baseline_steps"] == 896_250 and not kinetics["below_validated"]
     assert kinetics["advice"].startswith("if from scratch: within the validated regime")
-    assert "regime: give the dataset size" in run_cli(*SMALL_ARGS[:-2]).stdout
+    assert "regime: give `--dataset-size` (the training clips) to see" in run_cli(*SMALL_ARGS[:-2]).stdout
 
 
 def test_long_cycle_factors_option():
@@ -273,3 +273,21 @@ def test_the_per_grid_table_leaves_out_grids_without_iterations():
     assert [row.split()[0:5] for row in table[2:-1]] == [
         ["64", "x", "1", "x", "16"], ["32", "x", "2", "x", "16"], ["16", "x", "4", "x", "16"], ["8", "x", "4", "x", "23"]]
     assert table[-1] == "no iteration (epochs too short to reach them): 32 x 1 x 23, 16 x 2 x 23, 8 x 2 x 32, 4 x 4 x 32 (full grid)"
+
+
+def test_warnings_name_the_flags():
+    """A short schedule's warning said "Raise `max_epochs` or `epoch_factor`", the Python names."""
+    result = run_cli("--batch-size", "4", "--num-frames", "4", "--crop-size", "32", "--max-epochs", "2", "--milestones", "1")
+    assert result.returncode == 0
+    assert result.stderr.startswith("warning: 3 multigrid epochs are too few for every long-cycle shape to get an epoch")
+    assert "Raise `--max-epochs` or `--epoch-factor` to train every shape." in result.stderr
+    assert "regime: give `--dataset-size` (the training clips) to see the optimizer steps and the advice." in result.stdout
+
+
+def test_json_says_which_epochs_max_epochs_counts():
+    """`max_epochs` in the JSON is the multigrid run's (358), which a script could take for the baseline's (239)."""
+    data = json.loads(run_cli(*KINETICS_ARGS, "--format", "json").stdout)
+    assert list(data)[:3] == ["max_epochs", "baseline_max_epochs", "epochs"]
+    assert (data["max_epochs"], data["baseline_max_epochs"], len(data["epochs"])) == (358, 239, 358)
+    help_text = " ".join(run_cli("--help").stdout.split())
+    assert "in the JSON, `max_epochs` is the multigrid run's epochs" in help_text and "`baseline_max_epochs`" in help_text
