@@ -385,3 +385,32 @@ def test_the_output_check_elides_and_catches_a_changed_number() -> None:
     assert not output_matches("a  1\nb  2\n", printed)  # the rest of the output needs a `...`
     block = Block(REPO / "README.md", 1, "", "$ lightning-multigrid schedule --batch-size 8 \\\n    --num-frames 4\nout\n", OUTPUT)
     assert output_command(block, None) == (["schedule", "--batch-size", "8", "--num-frames", "4"], "out\n")
+
+
+# ------------------------------------------------------------------ lists the docs keep of the code
+
+
+def _section(path: Path, heading: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_the_backbones_table_lists_every_backbone() -> None:
+    """The table lacked the four transformers (issue 41)."""
+    from lightning_multigrid.models.backbones import BACKBONES
+
+    table = _section(REPO / "docs" / "trainer.md", "## Backbones")
+    missing = [name for name in BACKBONES if f"`{name}`" not in table]
+    assert not missing, f"docs/trainer.md's backbones table lacks {missing}"
+
+
+def test_the_public_api_section_names_every_public_name() -> None:
+    """docs/architecture.md's public names lacked `ClipCost` and `measure_clip_costs` (issue 41)."""
+    import lightning_multigrid
+    import lightning_multigrid.data
+
+    section = _section(REPO / "docs" / "architecture.md", "## Public API")
+    missing = [name for name in [*lightning_multigrid.__all__, *lightning_multigrid.data.__all__] if f"`{name}`" not in section]
+    assert not missing, f"docs/architecture.md's Public API section lacks {missing}"
