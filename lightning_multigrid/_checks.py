@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "FIGURE_SUFFIXES", "check_bool", "check_instance", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
+    "FIGURE_SUFFIXES", "as_flags",
+    "check_bool", "check_instance", "check_int", "check_output_file", "check_positive_int", "check_positive_number",
     "check_value", "is_number", "plain_value",
 ]
+
+
+def as_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` with each `python_name` that is one of ``parser``'s options written as its flag.
+
+    The library's messages name its Python arguments (`filename_tmpl`, `max_epochs`); a command-line
+    user typed the flag (`--filename-tmpl`, `--max-epochs`).
+    """
+    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
+    return re.sub(r"`(\w+)`", lambda name: f"`{flags.get(name[1], name[1])}`", message)
 
 
 def check_positive_int(name: str, value: Any, allow_none: bool = False) -> Any:

@@ -50,7 +50,7 @@ from lightning_multigrid.contracts import (
     SkipCountingDataModule,
 )
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.limits import check_val_interval, limited_iterations, map_baseline_limits
+from lightning_multigrid.limits import check_val_interval, map_baseline_limits
 from lightning_multigrid.lr import MultigridLR, check_schedulers, find_milestones
 from lightning_multigrid.meter import DataWaitMeter
 from lightning_multigrid.norm import (
@@ -399,15 +399,9 @@ class MultigridCallback(Callback):
         hint = f"give {type(datamodule).__name__} a `train_dataset_size` property (its training clips)"
         has_batchnorm = any(isinstance(module, _BatchNorm) for module in pl_module.modules())
         table = format_table(
-            self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint, has_batchnorm=has_batchnorm
+            self.schedule, dataset_size, self.convert_batchnorm, pretrained, size_hint=hint, has_batchnorm=has_batchnorm,
+            limit_train_batches=trainer.limit_train_batches if trainer.limit_train_batches is not None else 1.0,
         )
-        limit = trainer.limit_train_batches
-        if dataset_size is not None and (limit != 1.0 or isinstance(limit, int)):
-            multigrid, baseline = limited_iterations(self.schedule, dataset_size, limit)
-            table += (
-                f"\nthis run, with `limit_train_batches={limit}`: {multigrid} iterations per device vs {baseline} "
-                "for its baseline (the counts above are of full epochs)"
-            )
         return "Multigrid schedule\n" + table + ("" if self._lr is None else "\n" + self._warmup_rule(pl_module))
 
     def _warmup_rule(self, pl_module: pl.LightningModule) -> str:

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 
-from lightning_multigrid._checks import check_output_file, check_positive_int
+from lightning_multigrid._checks import as_flags, check_output_file, check_positive_int
 from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE
 from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
@@ -80,12 +79,20 @@ def _run_check_data(args: argparse.Namespace) -> None:
         check_output_file("--write-metadata", args.write_metadata)
     manifest = load_manifest(args.manifest, root=args.root, class_names=args.class_names, kind=args.manifest_kind)
     report = check_videos(manifest, workers=args.workers, progress=not args.no_progress, layout=layout)
-    print(format_report(report, args.num_frames, args.sampling_rate))
+    print(_check_data_flags(format_report(report, args.num_frames, args.sampling_rate)))
     if args.write_metadata:
         report.metadata_cache().save(args.write_metadata)
         print(f"wrote {args.write_metadata}", file=sys.stderr)
     if not report.ok:
         raise SystemExit(1)
+
+
+def _check_data_flags(text: str) -> str:
+    """The report with this command's flags (`--filename-tmpl`) where the readers' reasons name their Python
+    arguments (`filename_tmpl`): the same reasons are training's, where those are right."""
+    parser = argparse.ArgumentParser()
+    _add_check_data_arguments(parser)
+    return as_flags(text, parser)
 
 
 def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
@@ -355,23 +362,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         COMMANDS[args.command][2](args)
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at the interpreter's exit
     except (ValueError, FileNotFoundError) as error:
-        print(f"lightning-multigrid {args.command}: error: {_as_flags(str(error), parsers[args.command])}", file=sys.stderr)
+        print(f"lightning-multigrid {args.command}: error: {as_flags(str(error), parsers[args.command])}", file=sys.stderr)
         raise SystemExit(2) from None
     except BrokenPipeError:
         # The reader (`head`) stopped reading: nothing to report. Python flushes stdout again at exit,
         # so point it at devnull first (the recipe of Python's `signal` documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
-
-
-def _as_flags(message: str, parser: argparse.ArgumentParser) -> str:
-    """``message`` with each `python_name` that is one of ``parser``'s options written as its flag.
-
-    The library's errors name its Python arguments (`filename_tmpl`); a command-line user typed
-    the flag (`--filename-tmpl`).
-    """
-    flags = {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
-    return re.sub(r"`(\w+)`", lambda name: f"`{flags.get(name[1], name[1])}`", message)
 
 
 if __name__ == "__main__":

@@ -275,7 +275,7 @@ def format_comparison(comparison: Comparison) -> str:
         )
     lines = table_lines(rows)
     steps = base.iterations / multi.iterations if multi.iterations else math.nan
-    summary = f"multigrid: {comparison.speedup:.2f}x faster in training wall-clock, {steps:.2f}x fewer iterations"
+    summary = f"multigrid: {_faster_or_slower(comparison.speedup)} in training wall-clock, {steps:.2f}x fewer iterations"
     for key in keys:
         if key in base.metrics and key in multi.metrics and not key.endswith("loss"):
             summary += f"; {key} {multi.metrics[key] - base.metrics[key]:+.3f}"
@@ -283,6 +283,11 @@ def format_comparison(comparison: Comparison) -> str:
         summary += f" (chance top-1 {base.chance:.3f})"
     note = "train s: training wall-clock, validation and precise BN excluded"
     return "\n".join([*lines, "", summary, note])
+
+
+def _faster_or_slower(speedup: float) -> str:
+    """``2.20x faster``, or ``1.03x slower`` for a speed-up under 1 (not "0.97x faster")."""
+    return f"{1 / speedup:.2f}x slower" if 0 < speedup < 1 else f"{speedup:.2f}x faster"
 
 
 def plot_curves(comparison: Comparison, path: str | Path) -> None:
@@ -302,7 +307,7 @@ def plot_curves(comparison: Comparison, path: str | Path) -> None:
     axis.set_xlim(left=0)
     axis.grid(alpha=0.3)
     axis.legend(loc="lower right")
-    axis.set_title(f"baseline vs multigrid: {comparison.speedup:.2f}x faster")
+    axis.set_title(f"baseline vs multigrid: {_faster_or_slower(comparison.speedup)}")
     figure.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

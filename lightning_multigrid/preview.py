@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.config import MultigridConfig
+from lightning_multigrid.limits import limited_iterations
 from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
 from lightning_multigrid.stages import build_stage
 
@@ -130,11 +132,17 @@ SHORT_RUN_MEASURED = (
 )
 
 
-def format_regime(regime: Regime) -> str:
-    """The regime as text: the step counts on one line, then the advice."""
+def format_regime(regime: Regime, run: str = "this run") -> str:
+    """The regime as text: the step counts on one line, then the advice.
+
+    Args:
+        regime: the regime of :func:`describe_regime` (full epochs).
+        run: what the multigrid step count is of, in the text: "this run" for a preview; "multigrid (full epochs)" where
+            the run trains part of each epoch (``limit_train_batches``), so its own count is another one.
+    """
     saving = regime.baseline_steps / regime.multigrid_steps
     return (
-        f"regime: {regime.baseline_steps} baseline optimizer steps per device; this run {regime.multigrid_steps} "
+        f"regime: {regime.baseline_steps} baseline optimizer steps per device; {run} {regime.multigrid_steps} "
         f"({saving:.2f}x fewer), {regime.full_grid_steps} of them at the full grid; compute (clips x frames x "
         f"pixels) {regime.relative_compute:.2f}x the baseline's.\n{regime.advice}"
     )
@@ -179,6 +187,9 @@ class GridSizing:
         equation1_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
         sized_batch: clips per device sized by the measured cost (what training uses).
         sized_iteration_cost: what an iteration of that batch costs, relative to a base iteration.
+        shapes: the long-cycle shapes ``(num_frames, crop_size)`` whose stages train the grid at these
+            batches (the base shape's for fine-tuning too). A short-cycle grid of two shapes can have
+            two cost-sized batches: each stage rounds its batches to a multiple of its BatchNorm groups.
     """
 
     num_frames: int
@@ -188,13 +199,17 @@ class GridSizing:
     equation1_iteration_cost: float
     sized_batch: int
     sized_iteration_cost: float
+    shapes: tuple[tuple[int, int], ...] = ()
 
 
 def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     """Each grid's Equation 1 batch beside its cost-sized one, for a config whose batches are sized by cost.
 
     Grids in order of the long-cycle shapes (then the base shape's, for fine-tuning), each
-    shape's short cycle in its order; a grid with the same batches in several cycles is listed once.
+    shape's short cycle in its order; a grid with the same batches in several cycles is listed once,
+    with each of those shapes (``shapes``). With cost-sized batches a grid can be listed twice: each
+    stage rounds its batches to a multiple of its own BatchNorm groups (e.g. 57 clips of 4 x 16 in the
+    4 x 23 shape's short cycle, 3 groups, and 58 in the 4 x 32 shape's, 2 groups).
 
     Raises:
         ValueError: when ``config`` does not size batches by cost, or lacks a grid's cost.
@@ -205,11 +220,12 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     options = config.options
     factors = dict.fromkeys([*(options.long_cycle_factors if options.long_cycle else ()), (1.0, 1.0)])
     cap = options.short_run.max_lr_factor if options.short_run is not None else None
-    rows: dict[GridSizing, None] = {}
+    rows: dict[GridSizing, list[tuple[int, int]]] = {}
     for pair in factors:
         full_grid = options.short_run is not None
         paper_stage = build_stage(paper, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
         sized_stage = build_stage(config, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
+        shape = (sized_stage.shape.num_frames, sized_stage.shape.crop_size)
         for equation1, sized in zip(paper_stage.short_cycle or (paper_stage.shape,), sized_stage.short_cycle or (sized_stage.shape,)):
             cost = config.relative_cost(sized.num_frames, sized.crop_size)
             row = GridSizing(
@@ -217,23 +233,32 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
                 equation1.batch_size, equation1.batch_size * cost / config.batch_size,
                 sized.batch_size, sized.batch_size * cost / config.batch_size,
             )
-            rows[row] = None
-    return tuple(rows)
+            shapes = rows.setdefault(row, [])
+            if shape not in shapes:
+                shapes.append(shape)
+    return tuple(dataclasses.replace(row, shapes=tuple(shapes)) for row, shapes in rows.items())
 
 
 def format_sizing(config: MultigridConfig) -> str:
-    """:func:`grid_sizings` as a table, under a line that names the measure."""
-    rows = [("grid (frames x crop)", "cost per clip", "Eq. 1 batch", "iteration cost", "cost-sized batch", "iteration cost")]
-    for g in grid_sizings(config):
+    """:func:`grid_sizings` as a table, under a line that names the measure, with the long-cycle shapes that
+    train each grid; a note says why when a grid is listed twice."""
+    rows = [("grid (frames x crop)", "in shape", "cost per clip", "Eq. 1 batch", "iteration cost", "cost-sized batch",
+             "iteration cost")]
+    sizings = grid_sizings(config)
+    for g in sizings:
         rows.append((
-            f"{g.num_frames} x {g.crop_size}", f"{g.relative_cost:.3f}",
+            f"{g.num_frames} x {g.crop_size}", ", ".join(f"{t} x {c}" for t, c in g.shapes), f"{g.relative_cost:.3f}",
             str(g.equation1_batch), f"{g.equation1_iteration_cost:.2f}",
             str(g.sized_batch), f"{g.sized_iteration_cost:.2f}",
         ))
+    grids = [(g.num_frames, g.crop_size) for g in sizings]
+    twice = len(set(grids)) < len(grids)
     return "\n".join([
         f"Batches sized by measured {config.options.batch_sizing} (cost per clip and per iteration relative to the base "
         f"grid's, {config.num_frames} x {config.crop_size} at {config.batch_size} clips; training uses the cost-sized batch):",
         *table_lines(rows),
+        *(["A grid listed twice trains in two long-cycle shapes' short cycles at two batches: each shape rounds its "
+           "batches to a multiple of its BatchNorm groups."] if twice else []),
     ])
 
 
@@ -241,6 +266,9 @@ def schedule_to_dict(
     schedule: MultigridSchedule, dataset_size: int | None = None, pretrained: bool | None = None
 ) -> dict[str, Any]:
     """The schedule as plain data, one entry per epoch (the ``--format json`` contract).
+
+    ``max_epochs`` is the multigrid run's epochs (the length of ``epochs``), ``baseline_max_epochs`` the
+    baseline's that the schedule was built for.
 
     With ``dataset_size``: also the iterations, the per-grid counts, the warnings and the
     ``regime`` (:func:`describe_regime`, given ``pretrained``).
@@ -262,7 +290,9 @@ def schedule_to_dict(
                 "short_cycle": [{"batch_size": g.batch_size, "crop_size": g.crop_size} for g in stage.short_cycle],
             }
         )
-    result: dict[str, Any] = {"max_epochs": schedule.max_epochs, "epochs": epochs}
+    result: dict[str, Any] = {
+        "max_epochs": schedule.max_epochs, "baseline_max_epochs": schedule.config.max_epochs, "epochs": epochs,
+    }
     if schedule.config.sizes_by_cost:
         result["batch_sizing"] = {
             "method": schedule.config.options.batch_sizing,
@@ -294,6 +324,7 @@ def format_table(
     pretrained: bool | None = None,
     size_hint: str = "give the dataset size (`dataset_size`)",
     has_batchnorm: bool = True,
+    limit_train_batches: float = 1.0,
 ) -> str:
     """A readable table, one row per stage, and a summary line.
 
@@ -305,6 +336,9 @@ def format_table(
     cycle, or the callback's ``convert_batchnorm=False``), or "none" with a note when the model has
     no BatchNorm (``has_batchnorm=False``: a transformer's LayerNorm needs no conversion). Without
     ``dataset_size``, the last line says how to get those: ``size_hint``, as the caller's user gives the size.
+    With ``dataset_size`` and a Trainer's ``limit_train_batches`` other than 1.0 (a fraction, or a number of
+    batches), the counts above stay those of full epochs, said so, and a last line gives the iterations of
+    the run that trains part of each epoch (:func:`~lightning_multigrid.limits.limited_iterations`).
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]
@@ -341,32 +375,44 @@ def format_table(
         multigrid = schedule.total_iterations(dataset_size)
         summary += f"; {multigrid} iterations per device vs {baseline} ({baseline / multigrid:.2f}x fewer)"
         warning = full_grid_warning(schedule, dataset_size)
+        limited = limit_train_batches != 1.0 or isinstance(limit_train_batches, int)
+        run = "multigrid (full epochs)" if limited else "this run"
+        regime = format_regime(describe_regime(schedule, dataset_size, pretrained), run)
         return "\n".join(
             [*lines, "", summary, *sizing, "", _format_grid_counts(schedule, dataset_size),
              *([f"warning: {warning}"] if warning else []),
-             "", format_regime(describe_regime(schedule, dataset_size, pretrained))]
+             "", regime, *([_format_limited(schedule, dataset_size, limit_train_batches)] if limited else [])]
         )
     return "\n".join([*lines, "", summary, *sizing, "", f"regime: {size_hint} to see the optimizer steps and the advice."])
 
 
+def _format_limited(schedule: MultigridSchedule, dataset_size: int, limit_train_batches: float) -> str:
+    multigrid, baseline = limited_iterations(schedule, dataset_size, limit_train_batches)
+    return (
+        f"this run, with `limit_train_batches={limit_train_batches}`: {multigrid} iterations per device vs {baseline} "
+        "for its baseline (the counts above are of full epochs)"
+    )
+
+
 def _format_grid_counts(schedule: MultigridSchedule, dataset_size: int) -> str:
+    """The per-grid table: the grids that train, and a line naming those that get no iteration."""
     counts = grid_counts(schedule, dataset_size)
     base = schedule.base_shape
+
+    def name(count: GridCount) -> str:
+        full = " (full grid)" if (count.grid.num_frames, count.grid.crop_size) == (base.num_frames, base.crop_size) else ""
+        return f"{count.grid.batch_size} x {count.grid.num_frames} x {count.grid.crop_size}{full}"
+
     header = ("grid (batch x frames x crop)", "iterations", "clips", "share of iterations")
     total = sum(c.iterations for c in counts)
     rows = [header]
     for c in counts:
-        full = " (full grid)" if (c.grid.num_frames, c.grid.crop_size) == (base.num_frames, base.crop_size) else ""
-        rows.append(
-            (
-                f"{c.grid.batch_size} x {c.grid.num_frames} x {c.grid.crop_size}{full}",
-                str(c.iterations),
-                str(c.clips),
-                f"{100 * c.iterations / total:.1f}%",
-            )
-        )
-    lines = table_lines(rows)
-    return "\n".join(["Per grid, per device:", *lines])
+        if c.iterations:
+            rows.append((name(c), str(c.iterations), str(c.clips), f"{100 * c.iterations / total:.1f}%"))
+    # An epoch of fewer iterations than the short cycle's three never reaches its later grids.
+    untrained = [name(c) for c in counts if not c.iterations]
+    note = [f"no iteration (epochs too short to reach them): {', '.join(untrained)}"] if untrained else []
+    return "\n".join(["Per grid, per device:", *table_lines(rows), *note])
 
 
 def plot_schedule(schedule: MultigridSchedule, path: str | Path, dataset_size: int | None = None) -> None:

@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import get_args
 
-from lightning_multigrid._checks import check_output_file
+from lightning_multigrid._checks import as_flags, check_output_file
 from lightning_multigrid.config import (
     DEFAULT_SHORT_RUN,
     DEFAULTS,
@@ -97,7 +97,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     )
     output = parser.add_argument_group("output")
     output.add_argument("--dataset-size", type=int, help="clips in the training set: adds iteration counts")
-    output.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    output.add_argument(
+        "--format", choices=("table", "json"), default="table",
+        help="output format; in the JSON, `max_epochs` is the multigrid run's epochs (the `epochs` list's length) and "
+        "`baseline_max_epochs` the baseline's (--max-epochs)",
+    )
     output.add_argument("--plot", metavar="FILE", help="also write a PNG figure of the schedule")
 
 
@@ -152,8 +156,15 @@ def _with_clip_costs(config: MultigridConfig, cost_model: str | None) -> Multigr
     config = dataclasses.replace(config, clip_costs=measure_backbone_costs(config, cost_model))
     warning = implausible_costs_warning(config)
     if warning is not None:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {_as_flags(warning)}", file=sys.stderr)
     return config
+
+
+def _as_flags(message: str) -> str:
+    """A message of the library's (`max_epochs`) with this command's flags (`--max-epochs`), as its errors are."""
+    parser = argparse.ArgumentParser()
+    add_schedule_arguments(parser)
+    return as_flags(message, parser)
 
 
 def run_schedule(args: argparse.Namespace) -> None:
@@ -187,12 +198,12 @@ def run_schedule(args: argparse.Namespace) -> None:
                 config = _with_clip_costs(dataclasses.replace(config, options=options, clip_costs=()), args.cost_model)
                 schedule = build_schedule(config)
     for warning in caught:
-        print(f"warning: {warning.message}", file=sys.stderr)
+        print(f"warning: {_as_flags(str(warning.message))}", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(schedule_to_dict(schedule, args.dataset_size, args.pretrained), indent=1))
     else:
         print(format_table(schedule, args.dataset_size, pretrained=args.pretrained,
-                           size_hint="give the dataset size"))
+                           size_hint="give `--dataset-size` (the training clips)"))
     if args.plot:
         plot_schedule(schedule, args.plot, args.dataset_size)
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -19,7 +19,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,10 @@ from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.renamed_options import renamed_hint
 
-__all__ = ["DEFAULT_ROOT_DIR", "MultigridCLI", "build_cli", "check_fit_starts", "default_loggers", "quiet_lightning", "run"]
+__all__ = [
+    "DEFAULT_ROOT_DIR", "MultigridCLI", "SettingsError", "build_cli", "check_fit_starts", "default_loggers", "package_notes",
+    "quiet_lightning", "run", "setting_flags",
+]
 
 # Where runs go when the config names no `trainer.default_root_dir` (Lightning's default is the
 # working directory, where LightningCLI would also drop a `config.yaml` when logging is off).
@@ -72,6 +75,14 @@ class MultigridCLI(LightningCLI):
 
         parser.error = error_with_renamed_keys
         return parser
+
+    def instantiate_classes(self) -> None:
+        """LightningCLI's, where a value a class refuses while it is built is a :class:`SettingsError` naming its flag."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as error:
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            raise SettingsError(setting_flags(str(_first_cause(error)), config.keys())) from error
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")
@@ -126,6 +137,69 @@ def build_cli(args: Sequence[str], **kwargs: Any) -> MultigridCLI:
         )
     finally:
         sys.argv = saved
+
+
+class SettingsError(ValueError):
+    """A parsed value that its class refused while LightningCLI built it (``--multigrid.epoch_factor -1``): a
+    settings error, reported in one line naming the flag, not a traceback through jsonargparse."""
+
+
+def setting_flags(message: str, keys: Iterable[str]) -> str:
+    """``message`` with each `name` in backticks that ends one config key written as that key's flag.
+
+    The classes' errors name their Python arguments (`epoch_factor`); the user typed a flag or a YAML
+    key (``--multigrid.epoch_factor``, ``--model.weights``). A name that ends several keys is written
+    as each of them; one that ends none stays as it is.
+
+    Args:
+        message: the error's text.
+        keys: the parsed config's dotted keys (``multigrid.epoch_factor``, ``model.init_args.weights``).
+    """
+    flags: dict[str, list[str]] = {}
+    for key in keys:
+        flags.setdefault(key.rsplit(".", 1)[-1], []).append("--" + key.replace(".init_args.", "."))
+
+    def as_flag(match: re.Match[str]) -> str:
+        found = flags.get(match[1])
+        return " or ".join(f"`{flag}`" for flag in found) if found else match[0]
+
+    return re.sub(r"`(\w+)`", as_flag, message)
+
+
+def _first_cause(error: BaseException) -> BaseException:
+    """The value or type error that started ``error``'s chain: jsonargparse wraps a subclass-mode class's
+    refusal (``--model.lr -1``) into a list of the union's types that did not validate."""
+    first = error
+    cause = error.__cause__ or error.__context__
+    while cause is not None:
+        if isinstance(cause, (ValueError, TypeError)):
+            first = cause
+        cause = cause.__cause__ or cause.__context__
+    return first
+
+
+@contextmanager
+def package_notes() -> Iterator[None]:
+    """Show this package's INFO notes on stderr while the block runs, as Lightning shows its own.
+
+    Python shows a logger's INFO records only through a handler, and a command line has none: the
+    note of what ``VideoClassifier(weights=...)`` loaded ("Loaded N tensors ...") never appeared.
+    Nothing is added when the application has configured a handler for the package or the root logger.
+    """
+    package = logging.getLogger(__name__.split(".")[0])
+    if package.handlers or logging.getLogger().handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(level)
 
 
 class _DropLightningTips(logging.Filter):
@@ -203,13 +277,15 @@ def check_fit_starts(args: Sequence[str], prepare: Callable[[MultigridCLI], None
 def run(args: Sequence[str] | None = None) -> None:
     """Run LightningCLI on ``args`` (``fit ...``, ``validate ...``, ``test ...``; default ``sys.argv``).
 
-    A manifest that is missing or malformed is one line on stderr and exit status 2, as in
-    ``check-data``; other errors keep their traceback.
+    A manifest that is missing or malformed, and a value a class refuses while it is built
+    (:class:`SettingsError`, naming its flag), is one line on stderr and exit status 2, as in
+    ``check-data``; other errors keep their traceback. This package's notes show on stderr
+    (:func:`package_notes`).
     """
     from lightning_multigrid.data.manifests.entries import ManifestError
 
     try:
-        with quiet_lightning():
+        with quiet_lightning(), package_notes():
             MultigridCLI(
                 VideoClassifier,
                 MultigridVideoDataModule,
@@ -218,7 +294,7 @@ def run(args: Sequence[str] | None = None) -> None:
                 args=None if args is None else list(args),
                 save_config_kwargs={"overwrite": True},
             )
-    except (FileNotFoundError, ManifestError) as error:
+    except (FileNotFoundError, ManifestError, SettingsError) as error:
         command = (list(args) if args is not None else sys.argv[1:])[:1] or ["fit"]
         print(f"lightning-multigrid {command[0]}: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -106,12 +106,12 @@ def test_cost_grids_are_every_grid_at_equation_1s_batch():
 def test_preview_shows_both_batches_and_the_relative_costs():
     assert grid_sizings(TWO_SHAPES) == (
         # 4 x 32: Equation 1's 8 clips cost 8 * 0.3 / 4 = 0.6 of a base iteration; 13 clips 0.975.
-        GridSizing(4, 32, pytest.approx(0.3), 8, pytest.approx(0.6), 13, pytest.approx(0.975)),
-        GridSizing(8, 32, 1.0, 4, 1.0, 4, 1.0),
+        GridSizing(4, 32, pytest.approx(0.3), 8, pytest.approx(0.6), 13, pytest.approx(0.975), ((4, 32),)),
+        GridSizing(8, 32, 1.0, 4, 1.0, 4, 1.0, ((8, 32),)),
     )
     text = format_table(build_schedule(TWO_SHAPES), dataset_size=100)
     assert "Batches sized by measured flops" in text
-    assert "4 x 32                0.300          8            0.60            13                0.97" in text
+    assert "4 x 32                4 x 32    0.300          8            0.60            13                0.97" in text
     data = schedule_to_dict(build_schedule(TWO_SHAPES))
     assert data["batch_sizing"]["method"] == "flops"
     assert data["batch_sizing"]["grids"][0]["sized_batch"] == 13

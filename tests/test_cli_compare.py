@@ -219,3 +219,34 @@ def test_fit_with_a_missing_manifest_is_a_one_line_error(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"lightning-multigrid fit: error: Manifest {tmp_path / 'missing.csv'} does not exist: check the manifest path."
     )
+
+
+def test_the_summary_says_slower_when_multigrid_was_slower():
+    """A speed-up under 1 read "0.97x faster"."""
+    from lightning_multigrid.compare import Comparison, RunResult, format_comparison
+
+    baseline = RunResult("baseline", 40, 1200, 38.4, {"val/top1": 1.0}, chance=0.25)
+    slower = format_comparison(Comparison(baseline, RunResult("multigrid", 60, 357, 39.6, {"val/top1": 1.0})))
+    assert "multigrid: 1.03x slower in training wall-clock, 3.36x fewer iterations; val/top1 +0.000" in slower
+    assert "faster" not in slower
+    faster = format_comparison(Comparison(baseline, RunResult("multigrid", 60, 357, 17.4, {"val/top1": 1.0})))
+    assert "multigrid: 2.21x faster in training wall-clock" in faster
+
+
+def test_the_schedule_summary_of_a_limited_run_gives_the_full_epochs_count_as_such():
+    """Under `limit_train_batches` the summary's regime line said "this run 357" above the line saying the run
+    trains 69 (the demo with `compare --limit-train-batches 0.2`)."""
+    from lightning_multigrid import GridShape, MultigridConfig, build_schedule
+    from lightning_multigrid.limits import limited_iterations
+    from lightning_multigrid.preview import format_table
+
+    demo = build_schedule(MultigridConfig(base=GridShape(8, 8, 64), sampling_rate=2, max_epochs=40, milestones=(30, 36)))
+    limited = format_table(demo, 240, limit_train_batches=0.2)
+    assert limited_iterations(demo, 240, 0.2) == (69, 240)
+    assert "this run 357" not in limited
+    assert "regime: 1200 baseline optimizer steps per device; multigrid (full epochs) 357 (3.36x fewer)" in limited
+    assert limited.endswith(
+        "this run, with `limit_train_batches=0.2`: 69 iterations per device vs 240 for its baseline "
+        "(the counts above are of full epochs)"
+    )
+    assert "regime: 1200 baseline optimizer steps per device; this run 357 (3.36x fewer)" in format_table(demo, 240)

@@ -189,7 +189,7 @@ def test_table_states_the_regime():
     # 239 epochs x ceil(30000 clips per device / 8) = 896,250 baseline steps: within the regime.
     assert kinetics["baseline_steps"] == 896_250 and not kinetics["below_validated"]
     assert kinetics["advice"].startswith("if from scratch: within the validated regime")
-    assert "regime: give the dataset size" in run_cli(*SMALL_ARGS[:-2]).stdout
+    assert "regime: give `--dataset-size` (the training clips) to see" in run_cli(*SMALL_ARGS[:-2]).stdout
 
 
 def test_long_cycle_factors_option():
@@ -232,3 +232,62 @@ def test_json_piped_into_head_ends_quietly():
         returncode = process.wait()
     assert errors == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
     assert returncode == 1  # as Python exits on a closed pipe (its `signal` documentation's recipe)
+
+
+def test_cost_sizing_says_why_a_grid_is_listed_twice():
+    """The `time` sizing table listed `4 x 16` and `4 x 23` twice with other batches and no word: each long-cycle
+    shape rounds its short cycle's batches to a multiple of its own BatchNorm groups (costs as timed for `tiny`)."""
+    import dataclasses
+
+    from lightning_multigrid import ClipCost, GridShape, MultigridConfig, MultigridOptions, build_schedule
+    from lightning_multigrid.preview import format_sizing, grid_sizings
+
+    costs = {(8, 32): 1.0, (8, 16): 0.246, (8, 23): 0.552, (2, 23): 0.259, (2, 16): 0.129, (4, 23): 0.293,
+             (4, 16): 0.138, (4, 32): 0.5}
+    config = MultigridConfig(base=GridShape(8, 8, 32), sampling_rate=2, max_epochs=40, milestones=(30, 36),
+                             options=MultigridOptions(batch_sizing="time"),
+                             clip_costs=tuple(ClipCost(t, s, c) for (t, s), c in costs.items()))
+    rows = {(g.num_frames, g.crop_size, g.sized_batch): g.shapes for g in grid_sizings(config)}
+    # 4 x 23: 8 / 0.293 = 27.3 -> 27 clips, 3 BatchNorm groups: its short cycle's 4 x 16 (8 / 0.138 = 58) -> 57.
+    # 4 x 32: 16 clips, 2 groups: 4 x 16 stays 58, 4 x 23's 27 -> 28.
+    assert rows[(4, 16, 57)] == ((4, 23),) and rows[(4, 16, 58)] == ((4, 32),)
+    assert rows[(4, 23, 27)] == ((4, 23),) and rows[(4, 23, 28)] == ((4, 32),)
+    assert rows[(8, 32, 8)] == ((8, 32),)
+    text = format_sizing(config)
+    assert "4 x 16                4 x 23    0.138" in text and "4 x 16                4 x 32    0.138" in text
+    assert text.endswith("each shape rounds its batches to a multiple of its BatchNorm groups.")
+    stages = build_schedule(config).stages
+    assert {(s.shape.num_frames, s.shape.crop_size): s.bn.num_splits for s in stages}[(4, 23)] == 3
+    # With Equation 1 the same grid has the same batch in both shapes: listed once, with both.
+    paper = dataclasses.replace(config, options=MultigridOptions(batch_sizing="flops"),
+                                clip_costs=tuple(ClipCost(t, s, t * s * s) for (t, s) in costs))
+    assert [g.shapes for g in grid_sizings(paper) if (g.num_frames, g.crop_size) == (4, 16)] == [((4, 23), (4, 32))]
+    assert "listed twice" not in format_sizing(paper)
+
+
+def test_the_per_grid_table_leaves_out_grids_without_iterations():
+    """A grid of a short epoch's later short-cycle iterations gets none: it was a row of zeros."""
+    text = run_cli("--batch-size", "4", "--num-frames", "4", "--crop-size", "32", "--sampling-rate", "2",
+                   "--max-epochs", "4", "--milestones", "2", "--dataset-size", "24").stdout
+    table = text.split("Per grid, per device:\n")[1].split("\nwarning")[0].splitlines()
+    assert [row.split()[0:5] for row in table[2:-1]] == [
+        ["64", "x", "1", "x", "16"], ["32", "x", "2", "x", "16"], ["16", "x", "4", "x", "16"], ["8", "x", "4", "x", "23"]]
+    assert table[-1] == "no iteration (epochs too short to reach them): 32 x 1 x 23, 16 x 2 x 23, 8 x 2 x 32, 4 x 4 x 32 (full grid)"
+
+
+def test_warnings_name_the_flags():
+    """A short schedule's warning said "Raise `max_epochs` or `epoch_factor`", the Python names."""
+    result = run_cli("--batch-size", "4", "--num-frames", "4", "--crop-size", "32", "--max-epochs", "2", "--milestones", "1")
+    assert result.returncode == 0
+    assert result.stderr.startswith("warning: 3 multigrid epochs are too few for every long-cycle shape to get an epoch")
+    assert "Raise `--max-epochs` or `--epoch-factor` to train every shape." in result.stderr
+    assert "regime: give `--dataset-size` (the training clips) to see the optimizer steps and the advice." in result.stdout
+
+
+def test_json_says_which_epochs_max_epochs_counts():
+    """`max_epochs` in the JSON is the multigrid run's (358), which a script could take for the baseline's (239)."""
+    data = json.loads(run_cli(*KINETICS_ARGS, "--format", "json").stdout)
+    assert list(data)[:3] == ["max_epochs", "baseline_max_epochs", "epochs"]
+    assert (data["max_epochs"], data["baseline_max_epochs"], len(data["epochs"])) == (358, 239, 358)
+    help_text = " ".join(run_cli("--help").stdout.split())
+    assert "in the JSON, `max_epochs` is the multigrid run's epochs" in help_text and "`baseline_max_epochs`" in help_text

@@ -16,6 +16,15 @@
 
   ``pytest -rs`` lists each skipped block (``file:line``) with its reason. A marker must be followed
   by a block, and a fenced block that holds commands must be tagged ``bash``.
+- A quoted command output is checked: an untagged block marked ``<!-- doc-test: output -->`` is what
+  the ``lightning-multigrid`` command of the ```bash block just before it prints (or, when the block
+  starts with ``$ `` lines, what those lines' command prints). The command runs in a subprocess in an
+  empty temporary folder and its stdout is compared line by line (trailing blanks ignored): a line
+  ``...`` stands for any lines, a line ending in ``...`` for any line that starts with the text before
+  it, every other line must be equal. No tolerance: every checked output is deterministic. An
+  output that is a measurement (wall-clock of a minutes-long run) cannot be re-run here and is marked
+  ``skip (reason)``; an untagged block right after a ```bash block must carry one of the two markers,
+  so no quoted output goes unchecked without a word.
 
 Failures name the file and the line of the block's opening fence.
 """
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import functools
 import io
 import os
@@ -45,6 +55,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^(`{3,})([\w+-]*)\s*$")
 MARKER = re.compile(r"^<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip \((.+)\)$")
+OUTPUT = "output"
+OUTPUT_TIMEOUT_S = 300
 BASH = {"bash", "sh", "shell"}
 PYTHON_TIMEOUT_S = 300
 
@@ -90,6 +102,21 @@ def read_blocks(path: Path) -> list[Block]:
 BLOCKS = [block for path in DOCS for block in read_blocks(path)]
 PYTHON = [block for block in BLOCKS if block.language == "python"]
 COMMAND_BLOCKS = [block for block in BLOCKS if block.language in BASH]
+
+
+def quoted_outputs() -> list[tuple[Block, Block | None]]:
+    """Each untagged block right after a ```bash block, or marked as an output, with the block before it."""
+    pairs = []
+    for path in DOCS:
+        blocks = read_blocks(path)
+        for before, block in zip([None, *blocks], blocks):
+            after_command = before is not None and before.language in BASH
+            if block.language == "" and (after_command or block.marker == OUTPUT):
+                pairs.append((block, before))
+    return pairs
+
+
+OUTPUTS = quoted_outputs()
 
 
 def _param(block: Block) -> object:
@@ -232,6 +259,75 @@ def test_bash_block_commands_parse(block: Block) -> None:
     assert not problems, f"{block.name}: commands that do not parse:\n" + "\n".join(problems)
 
 
+# ------------------------------------------------------------------ quoted outputs
+
+
+def output_command(block: Block, before: Block | None) -> tuple[list[str], str]:
+    """The command (its words after ``lightning-multigrid``) whose output ``block`` quotes, and the quoted output.
+
+    Raises:
+        ValueError: naming the block, when no single ``lightning-multigrid`` command can be found.
+    """
+    lines = block.code.splitlines()
+    if lines and lines[0].startswith("$ "):
+        count = 1
+        while lines[count - 1].endswith("\\"):
+            count += 1
+        source, expected = "\n".join(lines[:count])[2:], "\n".join(lines[count:]) + "\n"
+    elif before is not None and before.language in BASH:
+        source, expected = before.code, block.code
+    else:
+        raise ValueError(f"{block.name}: an output block must follow a ```bash block or start with `$ ` lines")
+    commands = [_without_prefixes(words) for words in shell_commands(source)]
+    if len(commands) != 1 or commands[0][:1] != ["lightning-multigrid"]:
+        raise ValueError(f"{block.name}: the output of {commands} cannot be checked: quote one `lightning-multigrid` command")
+    return commands[0][1:], expected
+
+
+def output_pattern(expected: str) -> re.Pattern[str]:
+    """The quoted output as a pattern over whole lines: ``...`` any lines, ``text...`` a line starting with text."""
+    parts = []
+    for line in expected.splitlines():
+        line = line.rstrip()
+        if line == "...":
+            parts.append(r"(?:[^\n]*\n)*?")
+        elif line.endswith("..."):
+            parts.append(re.escape(line[:-3]) + r"[^\n]*\n")
+        else:
+            parts.append(re.escape(line) + r"\n")
+    return re.compile("".join(parts))
+
+
+def output_matches(expected: str, printed: str) -> bool:
+    text = "".join(line.rstrip() + "\n" for line in printed.splitlines())
+    return output_pattern(expected).fullmatch(text) is not None
+
+
+def _output_param(block: Block, before: Block | None) -> object:
+    reason = block.skip_reason
+    marks = [pytest.mark.skip(reason=f"{block.name}: {reason}")] if reason else []
+    return pytest.param(block, before, id=block.name, marks=marks)
+
+
+@pytest.mark.parametrize(("block", "before"), [_output_param(block, before) for block, before in OUTPUTS])
+def test_quoted_output_is_what_the_command_prints(block: Block, before: Block | None, tmp_path: Path) -> None:
+    assert block.marker == OUTPUT, (
+        f"{block.name}: a block right after a ```bash block is a quoted output: mark it `<!-- doc-test: output -->` "
+        "(checked) or `<!-- doc-test: skip (reason) -->`"
+    )
+    args, expected = output_command(block, before)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "lightning_multigrid.cli", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=OUTPUT_TIMEOUT_S,
+    )
+    assert result.returncode == 0, f"{block.name}: the command failed (exit {result.returncode}):\n{result.stderr[-3000:]}"
+    if not output_matches(expected, result.stdout):
+        diff = difflib.unified_diff(expected.splitlines(), result.stdout.splitlines(), "quoted", "printed", lineterm="")
+        pytest.fail(f"{block.name}: the quoted output is not what `lightning-multigrid {shlex.join(args)}` prints now "
+                    "(`...` lines stand for any lines):\n" + "\n".join(diff))
+
+
 # ------------------------------------------------------------------ the mechanism itself
 
 
@@ -242,7 +338,7 @@ def test_every_marker_is_a_known_one_before_a_block() -> None:
         fences = {block.line for block in read_blocks(path)}
         for number, line in enumerate(lines, start=1):
             marker = MARKER.match(line.strip())
-            if marker and not SKIP.match(marker.group(1)):
+            if marker and not SKIP.match(marker.group(1)) and marker.group(1) != OUTPUT:
                 problems.append(f"{path.relative_to(REPO)}:{number}: unknown doc-test marker {marker.group(1)!r}")
             elif marker and number + 1 not in fences:
                 problems.append(f"{path.relative_to(REPO)}:{number}: a doc-test marker must be the line before a fence")
@@ -279,3 +375,42 @@ def test_the_command_checks_catch_a_wrong_flag_and_a_wrong_subcommand() -> None:
     assert command_problem(["lightning-multigrid", "fit", "--multigrid.enabled", "false"]) is None
     block = "a x && nice -n 19 b --y \\\n  --z 1 > out.txt  # c --w\n"
     assert shell_commands(block) == [["a", "x"], ["nice", "-n", "19", "b", "--y", "--z", "1"]]
+
+
+def test_the_output_check_elides_and_catches_a_changed_number() -> None:
+    printed = "a  1\nb  2\nc  3\nd long line\n"
+    assert output_matches("a  1\n...\nd long...\n", printed)
+    assert output_matches("a  1\nb  2\nc  3\nd long line\n", printed.replace("\n", "  \n"))
+    assert not output_matches("a  1\n...\nc  4\n...\n", printed)  # a stale number
+    assert not output_matches("a  1\nb  2\n", printed)  # the rest of the output needs a `...`
+    block = Block(REPO / "README.md", 1, "", "$ lightning-multigrid schedule --batch-size 8 \\\n    --num-frames 4\nout\n", OUTPUT)
+    assert output_command(block, None) == (["schedule", "--batch-size", "8", "--num-frames", "4"], "out\n")
+
+
+# ------------------------------------------------------------------ lists the docs keep of the code
+
+
+def _section(path: Path, heading: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_the_backbones_table_lists_every_backbone() -> None:
+    """The table lacked the four transformers (issue 41)."""
+    from lightning_multigrid.models.backbones import BACKBONES
+
+    table = _section(REPO / "docs" / "trainer.md", "## Backbones")
+    missing = [name for name in BACKBONES if f"`{name}`" not in table]
+    assert not missing, f"docs/trainer.md's backbones table lacks {missing}"
+
+
+def test_the_public_api_section_names_every_public_name() -> None:
+    """docs/architecture.md's public names lacked `ClipCost` and `measure_clip_costs` (issue 41)."""
+    import lightning_multigrid
+    import lightning_multigrid.data
+
+    section = _section(REPO / "docs" / "architecture.md", "## Public API")
+    missing = [name for name in [*lightning_multigrid.__all__, *lightning_multigrid.data.__all__] if f"`{name}`" not in section]
+    assert not missing, f"docs/architecture.md's Public API section lacks {missing}"
