@@ -27,6 +27,7 @@ _LAZY = {
     "MultigridSchedule": "lightning_multigrid.schedule",
     "build_schedule": "lightning_multigrid.schedule",
     "MultigridCallback": "lightning_multigrid.callback",
+    "GridMemoryFormat": "lightning_multigrid.memory_format",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",
     "ReaderSettings": "lightning_multigrid.data.decoding.settings",  # the DataModule's `reader_settings`
     "VideoClassifier": "lightning_multigrid.module",

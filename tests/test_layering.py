@@ -33,6 +33,7 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.cli",
     f"{PACKAGE}.compare",
     f"{PACKAGE}.data.datamodule",
+    f"{PACKAGE}.memory_format",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
     f"{PACKAGE}.precise_bn",
