@@ -566,7 +566,8 @@ class MultigridCallback(Callback):
         if self.schedule is None:
             return {}
         # Lightning saves checkpoints on every rank (only rank 0 writes): every rank's random state is gathered.
-        return {"config": self.schedule.config.to_dict(), "pretrained": self._pretrained_used, "rng": gather_rng_states(self._rng.state())}
+        rng = gather_rng_states(self._rng.state())
+        return {"config": self.schedule.config.to_dict(), "pretrained": self._pretrained_used, "rng": rng}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ __all__ = ["EpochBoundaryRNG", "collect_rng_state", "gather_rng_states", "restor
 def collect_rng_state() -> dict[str, Any]:
     """This process's random state: torch CPU, the current CUDA device's (when CUDA is initialised),
     NumPy's global generator and Python's ``random``, as plain values."""
-    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()  # type: ignore[misc]
+    kind, keys, position, has_gauss, cached_gaussian = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": (str(kind), torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(position), int(has_gauss),

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_resume import KillAfterEpoch, KillAfterStep
 
 from lightning_multigrid import VideoClassifier
 from lightning_multigrid._lightning import pl
@@ -22,7 +23,6 @@ from lightning_multigrid.rng import collect_rng_state, restore_rng_state
 
 from test_callback import MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
-from test_resume import KillAfterEpoch, KillAfterStep
 
 ModelCheckpoint = pl.callbacks.ModelCheckpoint
 
