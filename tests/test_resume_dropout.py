@@ -116,3 +116,29 @@ def test_the_random_state_round_trips_and_loads_weights_only(tmp_path: Path):
     restore_rng_state(torch.load(tmp_path / "state.pt", weights_only=True))
     drawn = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(drawn[0], expected[0]) and np.array_equal(drawn[1], expected[1]) and drawn[2] == expected[2]
+
+
+@pytest.mark.slow
+def test_ddp_resume_restores_each_ranks_own_random_state(synthetic_dataset, tmp_path: Path):
+    """2-process DDP (gloo): each rank draws its own dropout masks (seeded 0 and 1); resumed from an epoch-end
+    checkpoint, each rank gets its own state back, and both end with the uninterrupted run's weights."""
+    import json
+
+    from conftest import run_ddp_script
+
+    script = Path(__file__).with_name("ddp_resume.py")
+    ckpt_dir = tmp_path / "ckpt"
+    results = {}
+    for mode in ("full", "stop", "resume"):
+        out = tmp_path / mode
+        out.mkdir()
+        run_ddp_script([str(script), str(out), str(synthetic_dataset.root), str(synthetic_dataset.train_manifest), mode,
+                        str(ckpt_dir)], cwd=out, timeout_s=240)
+        results[mode] = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    (state,) = (v for k, v in torch.load(ckpt_dir / "last.ckpt", weights_only=True)["callbacks"].items() if "Multigrid" in k)
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # the ranks' states differ
+    for rank in range(2):
+        full, stop, resumed = (results[mode][rank] for mode in ("full", "stop", "resume"))
+        assert stop["losses"] == full["losses"][: len(stop["losses"])]
+        assert resumed["losses"] == full["losses"][len(stop["losses"]):]  # every step, dropout masks included
+        assert resumed["final"] == full["final"]
