@@ -448,6 +448,11 @@ class MultigridCallback(Callback):
         start_resumed_fit(trainer, has_multigrid_state=self._restored_config is not None)
         if self._restored_rng is not None:
             self._resume_rng(trainer, self._restored_rng)
+        elif self._restored_config is not None and trainer.global_step > 0:
+            rank_zero_info(
+                "multigrid: the checkpoint holds no random state (saved by an earlier version): a model that draws "
+                "random numbers in training (dropout) goes on with other draws than the uninterrupted run."
+            )
 
     def _resume_rng(self, trainer: pl.Trainer, states: list[dict[str, Any]]) -> None:
         """Restore this rank's random state of the checkpoint before the first step (mind: each rank its own)."""
