@@ -142,3 +142,16 @@ def test_ddp_resume_restores_each_ranks_own_random_state(synthetic_dataset, tmp_
         assert stop["losses"] == full["losses"][: len(stop["losses"])]
         assert resumed["losses"] == full["losses"][len(stop["losses"]):]  # every step, dropout masks included
         assert resumed["final"] == full["final"]
+
+
+def test_a_checkpoint_without_random_state_is_resumed_and_said(data, tmp_path: Path, caplog):
+    # A checkpoint of an earlier version: its schedule resumes, and the log says the draws will differ.
+    with pytest.raises(RuntimeError, match="killed after"):
+        fit(data, ModelCheckpoint(dirpath=tmp_path, save_last=True, every_n_epochs=1), KillAfterEpoch(0))
+    checkpoint = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    (state,) = (v for k, v in checkpoint["callbacks"].items() if "MultigridCallback" in k)
+    del state["rng"], state["pretrained"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    with caplog.at_level("INFO"):
+        fit(data, ckpt_path=str(tmp_path / "old.ckpt"))
+    assert "the checkpoint holds no random state (saved by an earlier version)" in caplog.text
