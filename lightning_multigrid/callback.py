@@ -117,7 +117,9 @@ class MultigridCallback(Callback):
             from-scratch rule over the baseline warm-up's optimizer steps, safe for 8x batches at
             8x the LR from random weights) and the short-run default shapes. ``None``: the
             LightningModule's ``pretrained`` attribute says (``VideoClassifier`` has one); a module
-            without one is taken as from scratch. The summary names the rule used.
+            without one is taken as from scratch. The summary names the rule used. A checkpoint keeps the
+            rule it trained with and a resume keeps it (a module that says otherwise is told; this
+            argument asking for the other rule is refused before the first step).
         batch_sizing: ``"equation1"`` (the paper's batches, by frames x pixels); ``"flops"`` or
             ``"time"``: each grid's batch sized by its cost per clip for this model, measured once when
             fitting starts (:mod:`~lightning_multigrid.cost`), so an iteration costs what a base
