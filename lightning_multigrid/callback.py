@@ -60,7 +60,8 @@ from lightning_multigrid.norm import (
 )
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 from lightning_multigrid.preview import format_table
-from lightning_multigrid.resume import check_same_base, check_same_length, start_resumed_fit
+from lightning_multigrid.resume import check_same_base, check_same_length, resumed_pretrained_choice, start_resumed_fit
+from lightning_multigrid.rng import EpochBoundaryRNG, gather_rng_states
 from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 from lightning_multigrid.stages import BNPlan, Stage
 from lightning_multigrid.step_log import StepLog
@@ -116,7 +117,9 @@ class MultigridCallback(Callback):
             from-scratch rule over the baseline warm-up's optimizer steps, safe for 8x batches at
             8x the LR from random weights) and the short-run default shapes. ``None``: the
             LightningModule's ``pretrained`` attribute says (``VideoClassifier`` has one); a module
-            without one is taken as from scratch. The summary names the rule used.
+            without one is taken as from scratch. The summary names the rule used. A checkpoint keeps the
+            rule it trained with and a resume keeps it (a module that says otherwise is told; this
+            argument asking for the other rule is refused before the first step).
         batch_sizing: ``"equation1"`` (the paper's batches, by frames x pixels); ``"flops"`` or
             ``"time"``: each grid's batch sized by its cost per clip for this model, measured once when
             fitting starts (:mod:`~lightning_multigrid.cost`), so an iteration costs what a base
@@ -188,6 +191,8 @@ class MultigridCallback(Callback):
         self.precise_bn_batches = precise_bn_batches
         self.preflight = preflight
         self._restored_config: dict[str, Any] | None = None
+        self._restored_pretrained: bool | None = None  # the warm-up rule the checkpoint trained with
+        self._restored_rng: list[dict[str, Any]] | None = None  # every rank's random state at the save
         self._lr: MultigridLR | None = None
         self._unwatch_fetches: Callable[[], None] | None = None  # undoes the meter's view of the loader's fetches
         self._reset_fit_state()
@@ -204,6 +209,8 @@ class MultigridCallback(Callback):
         self._meter = DataWaitMeter()
         self._log: StepLog | None = None  # built with the schedule
         self._grid_check = BatchGridCheck()
+        self._rng = EpochBoundaryRNG()
+        self._pretrained_used: bool | None = None  # this fit's warm-up rule, kept in its checkpoints
         # Trainer settings the callback changes during fit, with their values to restore.
         self._trainer_settings: dict[str, Any] = {}
 
@@ -214,7 +221,8 @@ class MultigridCallback(Callback):
         if stage != "fit" or not self.enabled:
             return
         self._reset_fit_state()
-        self._restored_config = None  # a checkpoint's config arrives after setup, in load_state_dict
+        # A checkpoint's state arrives after setup, in load_state_dict.
+        self._restored_config = self._restored_pretrained = self._restored_rng = None
         _check_max_epochs(trainer)
         check_no_torch_sync_batchnorm(trainer)
         if not isinstance(trainer.datamodule, GridDataModule):
@@ -280,6 +288,7 @@ class MultigridCallback(Callback):
                 self.schedule, trainer.optimizers, trainer.lr_scheduler_configs, steps_per_epoch, share=(pl_module, trainer),
                 warmup_in_steps=not self._pretrained(pl_module),
             )
+        self._pretrained_used = self._pretrained(pl_module)
         self._log = StepLog(
             self.schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
             skips=datamodule if isinstance(datamodule, SkipCountingDataModule) else None,
@@ -376,8 +385,15 @@ class MultigridCallback(Callback):
             preflight(pl_module, grids, slowfast_alpha=alpha, device=pl_module.device)
 
     def _pretrained_choice(self, pl_module: pl.LightningModule) -> tuple[bool | None, str]:
-        """Whether the run starts from pretrained weights (``None``: nobody says) and who says it: the
-        callback's ``pretrained``, else the module's."""
+        """Whether the run starts from pretrained weights (``None``: nobody says) and who says it: a resumed
+        checkpoint's choice, else the callback's ``pretrained``, else the module's."""
+        asked, source = self._asked_pretrained(pl_module)
+        return resumed_pretrained_choice(
+            self._restored_pretrained, asked, source, given_to_callback=self.options.pretrained is not None
+        )
+
+    def _asked_pretrained(self, pl_module: pl.LightningModule) -> tuple[bool | None, str]:
+        """This fit's own choice of :meth:`_pretrained_choice` and who made it."""
         if self.options.pretrained is not None:
             return self.options.pretrained, f"`MultigridCallback(pretrained={self.options.pretrained})`"
         if isinstance(pl_module, PretrainedModule):
@@ -405,11 +421,16 @@ class MultigridCallback(Callback):
         return "Multigrid schedule\n" + table + ("" if self._lr is None else "\n" + self._warmup_rule(pl_module))
 
     def _warmup_rule(self, pl_module: pl.LightningModule) -> str:
-        """The summary line naming the warm-up rule and who chose it."""
+        """The summary line naming the warm-up rule and who chose it, or saying there is no warm-up."""
+        assert self._lr is not None
+        search = self._lr.warmup_search
+        if search is not None and search.warmup is None:
+            return f"warm-up: none ({search.describe()}), so no warm-up rule applies."
+        found = "" if search is None else f"{search.describe()}; "
         pretrained, source = self._pretrained_choice(pl_module)
         if pretrained:
-            return f"warm-up: pretrained rule (a warm-up covers its share of the baseline timeline; {source})."
-        return f"warm-up: from-scratch rule (a warm-up lasts the baseline warm-up's optimizer steps; {source})."
+            return f"warm-up: pretrained rule ({found}a warm-up covers its share of the baseline timeline; {source})."
+        return f"warm-up: from-scratch rule ({found}a warm-up lasts the baseline warm-up's optimizer steps; {source})."
 
     # ------------------------------------------------------------- training
 
@@ -421,12 +442,30 @@ class MultigridCallback(Callback):
         # epoch, not the one about to run: ask for a rebuild (a no-op for a fresh run at epoch 0).
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1)
         start_resumed_fit(trainer, has_multigrid_state=self._restored_config is not None)
+        if self._restored_rng is not None:
+            self._resume_rng(trainer, self._restored_rng)
+        elif self._restored_config is not None and trainer.global_step > 0:
+            rank_zero_info(
+                "multigrid: the checkpoint holds no random state (saved by an earlier version): a model that draws "
+                "random numbers in training (dropout) goes on with other draws than the uninterrupted run."
+            )
+
+    def _resume_rng(self, trainer: pl.Trainer, states: list[dict[str, Any]]) -> None:
+        """Restore this rank's random state of the checkpoint before the first step (mind: each rank its own)."""
+        if len(states) != trainer.world_size:
+            rank_zero_info(
+                f"multigrid: the checkpoint holds the random state of {len(states)} processes and this fit has "
+                f"{trainer.world_size}: not restored (on another device count the resumed run cannot be exact anyway)."
+            )
+            return
+        self._rng.resume_from(states[trainer.global_rank])
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
         if self.schedule is None:
             return
         self._meter.batch_start()  # first: the wait for this batch ends here
+        self._rng.batch_start()  # an epoch's first step: the random state of the last one's end (or the checkpoint's)
         epoch = trainer.current_epoch
         self._grid_check(batch, self.schedule.grid_at(epoch, batch_idx), epoch=epoch, batch_idx=batch_idx)
         if self._lr is not None:
@@ -447,6 +486,7 @@ class MultigridCallback(Callback):
         if self.schedule is None or self._log is None:
             return
         epoch = trainer.current_epoch
+        self._rng.batch_end(trainer.is_last_batch)
         self._meter.batch_end(self.schedule.grid_at(epoch, batch_idx))
         self._log.after_step(trainer, pl_module, epoch, batch_idx)
 
@@ -526,11 +566,15 @@ class MultigridCallback(Callback):
     def state_dict(self) -> dict[str, Any]:
         if self.schedule is None:
             return {}
-        return {"config": self.schedule.config.to_dict()}
+        # Lightning saves checkpoints on every rank (only rank 0 writes): every rank's random state is gathered.
+        rng = gather_rng_states(self._rng.state())
+        return {"config": self.schedule.config.to_dict(), "pretrained": self._pretrained_used, "rng": rng}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored_config = state_dict.get("config")
+        self._restored_pretrained = state_dict.get("pretrained")
+        self._restored_rng = state_dict.get("rng")
 
 
 def _check_max_epochs(trainer: pl.Trainer) -> None:

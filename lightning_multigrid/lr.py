@@ -40,7 +40,10 @@ from torch.utils.hooks import RemovableHandle
 from lightning_multigrid._internals import sequential_lr_parts
 from lightning_multigrid.schedule import MultigridSchedule
 
-__all__ = ["BaselineLR", "MultigridLR", "Warmup", "baseline_epochs_worked", "check_schedulers", "find_milestones", "find_warmup"]
+__all__ = [
+    "BaselineLR", "MultigridLR", "Warmup", "WarmupSearch", "baseline_epochs_worked", "check_schedulers", "find_milestones",
+    "find_warmup", "search_warmup",
+]
 
 # A warm-up is the LR's initial rise when it ends within this share of the baseline run; a longer
 # rise (OneCycleLR's, 30% by default) is the schedule itself and stays on the baseline timeline.
@@ -142,34 +145,68 @@ class Warmup:
     end_lrs: tuple[float, ...]
 
 
-def find_warmup(baseline: BaselineLR, max_epochs: int) -> Warmup | None:
-    """The warm-up of ``baseline``'s scheduler: its LR's initial rise, or ``None`` when it has none.
+@dataclasses.dataclass(frozen=True)
+class WarmupSearch:
+    """What :func:`search_warmup` found at the start of the baseline's LR.
+
+    Attributes:
+        warmup: the warm-up, or ``None`` when there is none.
+        rising_steps: scheduler steps over which the LR rises from the first step: 0 when it does
+            not rise; ``None`` when it still rises past ``WARMUP_MAX_SHARE`` of the run (a rise that
+            long, as ``OneCycleLR``'s, is the schedule itself, not a warm-up).
+    """
+
+    warmup: Warmup | None
+    rising_steps: int | None
+
+    def describe(self) -> str:
+        """Why there is no warm-up (for the summary), or where it ends."""
+        if self.warmup is not None:
+            return f"the baseline's LR rises over its first {self.warmup.end_epoch:g} epochs"
+        if self.rising_steps is None:
+            return (
+                f"the baseline's LR still rises after {WARMUP_MAX_SHARE:.0%} of its epochs (as `OneCycleLR`'s does): "
+                "a rise that long is the schedule itself, followed on the baseline timeline and scaled"
+            )
+        return "the baseline's LR does not rise at its start"
+
+
+def search_warmup(baseline: BaselineLR, max_epochs: int) -> WarmupSearch:
+    """The warm-up of ``baseline``'s scheduler, its LR's initial rise, and how long the LR rises.
 
     The rise (of the first parameter group's LR) ends at the last step before the LR first stops
-    rising; it is a warm-up when that happens within ``WARMUP_MAX_SHARE`` of the ``max_epochs``
-    baseline epochs. Any scheduler works (``LinearLR`` in a ``SequentialLR``, a ``LambdaLR``
-    ramp, ``ConstantLR``); the scheduler copy read ahead is ``baseline``'s own untouched one.
+    rising; it is a warm-up when it ends within ``WARMUP_MAX_SHARE`` of the ``max_epochs``
+    baseline epochs, the end included: the scan takes one step past that share, to see a rise that
+    ends exactly there stop (``warmup_epochs=2`` of ``max_epochs=8``). Any scheduler works
+    (``LinearLR`` in a ``SequentialLR``, a ``LambdaLR`` ramp, ``ConstantLR``); the scheduler copy
+    read ahead is ``baseline``'s own untouched one.
     """
     if baseline._probe is None:
-        return None
+        return WarmupSearch(None, 0)
     optimizer, scheduler = baseline._probe
-    horizon = min(_WARMUP_MAX_SCAN, math.floor(max_epochs * WARMUP_MAX_SHARE / baseline.epoch_of_step(1)))
+    horizon = min(_WARMUP_MAX_SCAN, math.floor(max_epochs * WARMUP_MAX_SHARE / baseline.epoch_of_step(1) + 1e-6))
+    limit = horizon + 1  # one more step, to see a rise that ends at the horizon stop
     if baseline._max_steps is not None:
-        horizon = min(horizon, baseline._max_steps)
+        limit = min(limit, baseline._max_steps)
     history = [tuple(g["lr"] for g in optimizer.param_groups)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        for _ in range(horizon):
+        for _ in range(limit):
             scheduler.step()
             history.append(tuple(g["lr"] for g in optimizer.param_groups))
             if history[-1][0] <= history[-2][0] * (1 + 1e-9):
                 break
         else:
-            return None  # still rising at the horizon (or never stopped): not a warm-up
+            return WarmupSearch(None, None)  # still rising past the horizon: not a warm-up
     peak = len(history) - 2
     if peak == 0:
-        return None
-    return Warmup(baseline.epoch_of_step(peak), history[0], history[peak])
+        return WarmupSearch(None, 0)
+    return WarmupSearch(Warmup(baseline.epoch_of_step(peak), history[0], history[peak]), peak)
+
+
+def find_warmup(baseline: BaselineLR, max_epochs: int) -> Warmup | None:
+    """The warm-up of ``baseline``'s scheduler (see :func:`search_warmup`), or ``None`` when it has none."""
+    return search_warmup(baseline, max_epochs).warmup
 
 
 def baseline_epochs_worked(schedule: MultigridSchedule, epoch: float) -> float:
@@ -244,6 +281,8 @@ class MultigridLR:
         self._handles: list[RemovableHandle] = []
         self._user_lrs: dict[int, list[float]] = {}  # per optimizer, during its step only
         self._epoch = 0.0  # multigrid position, in (fractional) epochs
+        self.warmup_search: WarmupSearch | None = None
+        """What :func:`search_warmup` found for the first optimizer attached (``None`` before :meth:`attach`)."""
 
     @classmethod
     def for_optimizers(
@@ -283,7 +322,10 @@ class MultigridLR:
     def attach(self, optimizer: torch.optim.Optimizer, baseline: BaselineLR) -> None:
         """Map ``optimizer``'s steps from now on, with ``baseline`` giving the user's LRs."""
         self._baselines.append((optimizer, baseline))
-        warmup = find_warmup(baseline, self.schedule.config.max_epochs)
+        search = search_warmup(baseline, self.schedule.config.max_epochs)
+        if self.warmup_search is None:
+            self.warmup_search = search
+        warmup = search.warmup
         if warmup is not None:
             # Never past the first LR stage: a decay that comes first is the user's to keep.
             end = min(self._warmup_end(warmup), float(self.schedule.lr_stage_starts[1]))

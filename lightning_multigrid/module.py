@@ -129,7 +129,8 @@ class VideoClassifier(pl.LightningModule):
             ``MultigridCallback`` reads for its warm-up rule). ``None``: pretrained when ``weights``
             are given or ``backbone`` is an ``nn.Module`` (a module passed in is usually built with its
             weights: say ``pretrained=False`` for a randomly initialised one); a named backbone without
-            ``weights`` is from scratch.
+            ``weights`` is from scratch. The value decided is saved with the hyper-parameters, so
+            ``load_from_checkpoint(path, weights=None)`` (once the weights file is gone) keeps it.
 
     Example::
 
@@ -195,6 +196,8 @@ class VideoClassifier(pl.LightningModule):
                 self.backbone, weights, backbone=backbone if isinstance(backbone, str) else None, num_classes=num_classes
             )
         self._pretrained = pretrained if pretrained is not None else weights is not None or isinstance(backbone, nn.Module)
+        # Saved as decided: a checkpoint restored without its weights file (`weights=None`) stays pretrained.
+        self.hparams["pretrained"] = self._pretrained
         self.compile_mode = _compile_mode(compile)
         """``None`` (eager), ``"dynamic"`` or ``"per_grid"``: how the backbone is compiled."""
         if self.compile_mode is not None:
@@ -224,6 +227,16 @@ class VideoClassifier(pl.LightningModule):
         datamodule = getattr(self.trainer, "datamodule", None)  # the Trainer calls this hook
         if isinstance(datamodule, PathwayDataModule):
             check_slowfast_alpha(datamodule.slowfast_alpha, self.slowfast_alpha, model_takes_one_clip=self._takes_one_clip)
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse, before the first step, to resume a fit's optimizer state with another optimizer."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # load_from_checkpoint: no optimizer state is restored
+            return
+        if trainer.state.fn == "fit" and checkpoint.get("optimizer_states"):
+            _check_same_optimizer(checkpoint, self.hparams.get("optimizer", "sgd"), trainer.ckpt_path)
 
     # ----------------------------------------------------------------------------------------
     # Forward and steps
@@ -484,6 +497,27 @@ def _check_sgd(
         )
     if not isinstance(warmup_start_factor, (int, float)) or not 0 < warmup_start_factor <= 1:
         raise ValueError(f"`warmup_start_factor` must be in (0, 1], got {warmup_start_factor!r}.")
+
+
+def _check_same_optimizer(checkpoint: dict[str, Any], optimizer: str, path: Any) -> None:
+    """Raise when a checkpoint of a fit with another ``optimizer`` is resumed (its state would not fit).
+
+    Raises:
+        ValueError: naming both optimizers and the fix.
+    """
+    saved = checkpoint.get("hyper_parameters", {}).get("optimizer", "sgd")
+    if saved == optimizer:
+        return
+    raise ValueError(
+        f"VideoClassifier(optimizer={optimizer!r}) cannot resume the checkpoint {path}: it was trained with "
+        f"`optimizer`={saved!r}, whose state ({_OPTIMIZER_STATE.get(saved, 'its buffers')}) does not fit {optimizer!r}. "
+        f"Resume with `optimizer={saved!r}`; to go on with {optimizer!r}, start a new fit from the checkpoint's weights: "
+        f"`VideoClassifier.load_from_checkpoint(path, optimizer={optimizer!r})`, then `fit` without `ckpt_path`."
+    )
+
+
+# What each optimizer keeps per parameter (for the message of _check_same_optimizer).
+_OPTIMIZER_STATE = {"sgd": "momentum buffers", "adamw": "step counts and moment estimates"}
 
 
 def _multi_hot(labels: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,12 @@ epoch's first, middle or last batch, or at its end. What cannot continue exactly
 - another baseline ``max_epochs`` (the stages follow from it: a finished run cannot be extended exactly),
   or another base shape or clip sampling than the checkpoint's (a smaller batch after an
   out-of-memory error, say): the schedule's grids, epochs and LR factors are built from them;
-- a mid-epoch checkpoint with a train loader that would replay the epoch's first batches.
+- a mid-epoch checkpoint with a train loader that would replay the epoch's first batches;
+- ``MultigridCallback(pretrained=...)`` that asks for the other warm-up rule than the checkpoint's
+  (:func:`resumed_pretrained_choice`). A module that says otherwise (``VideoClassifier`` built without
+  ``weights=`` once the weights file is gone) is told, and the checkpoint's rule is kept.
+
+The random state (dropout) is restored by the callback too: :mod:`lightning_multigrid.rng`.
 
 Your own DataModule resumes mid-epoch exactly when its batch sampler skips the trained batches::
 
@@ -31,7 +36,7 @@ from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 if TYPE_CHECKING:
     from lightning_multigrid._lightning import pl
 
-__all__ = ["check_same_base", "check_same_length", "resume_iteration", "start_resumed_fit"]
+__all__ = ["check_same_base", "check_same_length", "resume_iteration", "resumed_pretrained_choice", "start_resumed_fit"]
 
 _SAMPLER_FIX = (
     "ShortCycleBatchSampler(sampler, plan, start_epoch=self.trainer.current_epoch, "
@@ -91,6 +96,42 @@ def check_same_length(restored: MultigridConfig, config: MultigridConfig) -> Non
         f"Resume with `max_epochs={restored.max_epochs}`; to train longer, start a new run from the checkpoint's "
         "weights (`model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`, with a "
         "pretrained warm-up: `MultigridCallback(pretrained=True)`)."
+    )
+
+
+def resumed_pretrained_choice(
+    saved: bool | None, asked: bool | None, source: str, *, given_to_callback: bool
+) -> tuple[bool | None, str]:
+    """Whether a resumed run trains as from pretrained weights (its warm-up rule), and who says it.
+
+    Args:
+        saved: the checkpoint's choice (``None``: a fit without a checkpoint, or one saved before the
+            choice was kept).
+        asked: this fit's choice (``None``: nobody says).
+        source: who made this fit's choice, for the summary.
+        given_to_callback: this fit's choice is ``MultigridCallback(pretrained=...)``'s.
+
+    Returns:
+        The checkpoint's choice when there is one (the rule a run trained with holds to its end: its
+        warm-up and LRs must not change under a resume), else this fit's; and who says it.
+
+    Raises:
+        ValueError: ``MultigridCallback(pretrained=...)`` asks for the other rule than the checkpoint's.
+    """
+    if saved is None or bool(asked) == saved:
+        return asked, source
+    rule = "pretrained" if saved else "from-scratch"
+    if given_to_callback:
+        raise ValueError(
+            f"MultigridCallback: the checkpoint was trained with the {rule} warm-up rule (pretrained={saved}), but "
+            f"this fit asks for the other one with {source}. The rule sets the warm-up's LRs, so the resumed run would "
+            f"train other steps than the run it continues. Resume with `MultigridCallback(pretrained={saved})` or "
+            "`pretrained=None` (the checkpoint's rule); for the other rule, start a new run from the checkpoint's "
+            "weights (`model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`)."
+        )
+    return saved, (
+        f"the checkpoint's, pretrained={saved}: the run it resumes trained with this rule, which holds to its end; "
+        f"this fit's choice is not used ({source}; a model rebuilt without `weights=` once the weights file is gone, say)"
     )
 
 

@@ -11,7 +11,15 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, Mult
 
 from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.lr import BaselineLR, MultigridLR, Warmup, baseline_epochs_worked, find_warmup
+from lightning_multigrid.lr import (
+    BaselineLR,
+    MultigridLR,
+    Warmup,
+    WarmupSearch,
+    baseline_epochs_worked,
+    find_warmup,
+    search_warmup,
+)
 from lightning_multigrid.schedule import build_schedule
 
 
@@ -136,6 +144,18 @@ def test_find_warmup_reads_the_initial_rise():
     # Per step, every 2nd step (frequency): 10 steps per epoch, so the ramp's 4 steps take 0.8 epochs.
     ramp = LinearLR(optimizer, 0.1, total_iters=4)
     assert find_warmup(BaselineLR(optimizer, ramp, "step", 2, 10), max_epochs=20).end_epoch == pytest.approx(0.8)  # type: ignore[union-attr]
+
+
+def test_find_warmup_sees_a_rise_that_ends_at_the_quarter():
+    # 2 of 8 epochs: LRs 0.01, 0.055, 0.1, then 0.1; the scan of floor(8 x 0.25) = 2 steps saw it still rising
+    # (issue 41, item 1). A rise one step longer is not a warm-up.
+    optimizer = _optimizer()
+    ramp = SequentialLR(optimizer, [LinearLR(optimizer, 0.1, total_iters=2), MultiStepLR(optimizer, [4])], milestones=[2])
+    search = search_warmup(BaselineLR(optimizer, ramp), max_epochs=8)
+    assert search == WarmupSearch(Warmup(2.0, pytest.approx((0.01, 0.001)), pytest.approx((0.1, 0.01))), 2)
+    optimizer = _optimizer()
+    longer = SequentialLR(optimizer, [LinearLR(optimizer, 0.1, total_iters=3), MultiStepLR(optimizer, [4])], milestones=[3])
+    assert search_warmup(BaselineLR(optimizer, longer), max_epochs=8) == WarmupSearch(None, None)
 
 
 @pytest.mark.parametrize(

@@ -151,6 +151,9 @@ def _read(source: str, backbone: str | None) -> object:
         raise FileNotFoundError(
             f"`weights`={source!r}: no such file. Give the path of an existing checkpoint or state-dict "
             + (f"file, or one of the names {', '.join(weights_names(backbone))}." if backbone and weights_names(backbone) else "file.")
+            + " Restoring a VideoClassifier trained from these weights after the file is gone? Its checkpoint holds the "
+            "trained weights: pass `weights=None`, as in `VideoClassifier.load_from_checkpoint(path, weights=None)` "
+            "(it stays `pretrained`)."
         )
     # Lightning checkpoints hold plain containers and tensors: the safe unpickler reads them.
     return torch.load(path, map_location="cpu", weights_only=True)
