@@ -259,7 +259,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         plan = self._baseline if plan is None else plan
         self._check_batches_left(plan)
         self._plan = plan
-        self._loaders.forget_train()
+        # Closed, not just forgotten: the callback serves `None` from its `on_exception`, which
+        # Lightning calls before this DataModule's; a loader dropped there with its decode-ahead
+        # thread running would leave nothing for `on_exception` to close.
+        self._loaders.close_train()
 
     @property
     def skipped_videos(self) -> int:
