@@ -3,6 +3,7 @@ reads it, two packing runs into one store at once, and a store whose files are p
 
 from __future__ import annotations
 
+import encodings.utf_8_sig  # noqa: F401 -- imported before a block runs as a user who cannot read the stdlib
 import gc
 import json
 import os
@@ -10,11 +11,14 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from test_data_frame_layouts import as_other_user
 from torch.utils.data import DataLoader
 
 from lightning_multigrid.cli import main
@@ -172,3 +176,47 @@ def test_a_crop_size_below_1_is_refused_naming_the_crop_size(
         assert exit_code.value.code == 2
         assert f"error: `{flag}` must be a positive integer, got {crop}." in capsys.readouterr().err
     assert not (tmp_path / "synthetic").exists() and not (tmp_path / "s.store").exists()  # refused before any work
+
+
+# ---------------------------------------------------------------------------- read-only folders
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A temporary folder another user can reach (pytest's are private to their owner)."""
+    with tempfile.TemporaryDirectory() as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+def make_read_only(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, 0o555 if path.is_dir() else 0o444)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-store", "packed-store"])
+def test_packing_into_a_read_only_folder_is_one_line_naming_it(
+    shared_dir: Path, capsys: pytest.CaptureFixture[str], existing: bool
+) -> None:
+    """Issue 41, item 11: an OSError on `.packing` with a traceback before."""
+    manifest = smooth_manifest(shared_dir, FrameFactory(shared_dir), count=1)
+    out = shared_dir / "out"
+    out.mkdir()
+    store = out / "s.store"
+    if existing:
+        pack_frames(load_manifest(manifest), store, crop_size=56, workers=0, progress=False)
+    make_read_only(out)
+    with as_other_user():
+        with pytest.raises(SystemExit) as exit_code:
+            main(["pack-frames", str(manifest), str(store), "--crop-size", "56", "--workers", "0", "--no-progress"])
+        with pytest.raises(ValueError, match=rf"The store folder {store} cannot be written"):
+            pack_frames(load_manifest(manifest), store, crop_size=56, workers=0, progress=False)
+    assert exit_code.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    where = "" if existing else f" (in {out})"
+    assert err == (
+        f"lightning-multigrid pack-frames: error: The store folder {store} cannot be written{where}: the folder or its "
+        "disk is read-only for this user. Pass a store folder you can write to.\n"
+    )
+    assert not (store / ".packing").exists()

@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -64,7 +65,7 @@ from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import ClipSampling
 
-__all__ = ["PackReport", "pack_frames", "store_levels"]
+__all__ = ["PackReport", "manifest_digest", "pack_frames", "store_levels"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ def pack_frames(
     layout: FrameLayout = DEFAULT_LAYOUT,
     workers: int | None = None,
     progress: bool = True,
+    source_digest: str | None = None,
 ) -> PackReport:
     """Pack every video of a frame or video manifest into a store at ``output``.
 
@@ -151,10 +153,14 @@ def pack_frames(
             ``allow_frame_gaps``).
         workers: processes; default the CPU count, ``0`` or ``1`` packs in this process.
         progress: show a tqdm progress bar on stderr.
+        source_digest: what identifies the packed content, recorded in the header (``packed_from.digest``,
+            read back by :func:`~lightning_multigrid.data.store.format.store_digest`); default the SHA-256
+            of the manifest file's bytes (``None`` for a folder per class).
 
     Raises:
-        ValueError: before any frame is read: on out-of-range options, an output that is a file or a
-            folder holding something other than a store; after reading, when no video could be packed.
+        ValueError: before any frame is read: on out-of-range options, an output that is a file, a
+            folder holding something other than a store, or a folder this process cannot write (a
+            read-only disk); after reading, when no video could be packed.
     """
     sides = store_levels(crop_size, jitter_scales, levels)
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
@@ -166,6 +172,7 @@ def pack_frames(
     layout.check_applies(manifest.format, manifest.source)
     out = Path(output)
     _check_output(out, manifest)
+    digest = source_digest if source_digest is not None else manifest_digest(manifest.source)
     jobs = [_Job(entry, manifest.format, sides, quality, layout) for entry in manifest.entries]
     with packing_lock(out):  # another packing run into `out` finishes first; none starts meanwhile
         (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
@@ -181,7 +188,7 @@ def pack_frames(
                     + (f", e.g. {first.path}: {first.error}" if first else "")
                     + ". Run `lightning-multigrid check-data` on it to list the bad files."
                 )
-            writer.commit(manifest, crop_size, jitter_scales, quality)
+            writer.commit(manifest, crop_size, jitter_scales, quality, digest)
         finally:
             writer.close()
             # This run's unfinished files; the marker stays until a store is complete, so a folder that
@@ -190,10 +197,19 @@ def pack_frames(
     return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), tuple(writer.failures))
 
 
+def manifest_digest(source: str | os.PathLike[str]) -> str | None:
+    """The SHA-256 of a manifest file's bytes (hex); ``None`` when ``source`` is not a file (a folder per class)."""
+    path = Path(source)
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _check_output(out: Path, manifest: Manifest) -> None:
-    """Refuse, before any work, an output that would clobber something that is not a store."""
+    """Refuse, before any work, an output that would clobber something that is not a store, or that cannot be written."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"The store {out} would replace a file: pass a folder name (it is created).")
+    _check_writable(out)
     if out.is_dir() and not is_store(out) and any(out.iterdir()):
         raise ValueError(
             f"The store folder {out} exists and holds files that are not a frame store: pass a new or empty folder."
@@ -203,6 +219,22 @@ def _check_output(out: Path, manifest: Manifest) -> None:
         raise ValueError(
             f"The store {out} would lie inside the folder-per-class input {source} (and be read as a class): "
             "pass a folder outside it."
+        )
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse a store folder this process cannot write: a read-only disk or folder (packing writes the
+    ``.packing`` marker and its files there; the folder and its parents are created where absent)."""
+    folder = out
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent  # the nearest folder that exists is the one written first
+    # `effective_ids`: the permissions of the user this process runs as (`seteuid`), as `open` sees them.
+    effective = os.access in os.supports_effective_ids
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+        where = "" if folder == out else f" (in {folder})"
+        raise ValueError(
+            f"The store folder {out} cannot be written{where}: the folder or its disk is read-only for this user. "
+            "Pass a store folder you can write to."
         )
 
 
@@ -336,7 +368,9 @@ class _StoreWriter:
     def level_bytes(self) -> tuple[int, ...]:
         return tuple(int(offsets[-1]) for offsets in self.offsets)
 
-    def commit(self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int) -> None:
+    def commit(
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, digest: str | None
+    ) -> None:
         """Finish every file, rename it into place, then the header; remove what older runs left."""
         renames: list[tuple[Path, Path]] = []
         for file, name, offsets in zip(self.files, self.names, self.offsets):
@@ -359,7 +393,7 @@ class _StoreWriter:
         renames.append((self.out / f"{videos_file}.partial", self.out / videos_file))
         for partial, final in renames:
             os.replace(partial, final)
-        header = self._header(manifest, crop_size, jitter_scales, quality, videos_file)
+        header = self._header(manifest, crop_size, jitter_scales, quality, videos_file, digest)
         with open(self.out / f"{HEADER_FILE}.partial", "w", encoding="utf-8") as text:
             json.dump(header, text)
             _finish(text)
@@ -373,7 +407,8 @@ class _StoreWriter:
             file.close()
 
     def _header(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, videos_file: str
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, videos_file: str,
+        digest: str | None,
     ) -> dict[str, Any]:
         return {
             "format": STORE_FORMAT,
@@ -395,7 +430,7 @@ class _StoreWriter:
             "multi_label": manifest.multi_label,
             "class_names": list(manifest.class_names) if manifest.class_names is not None else None,
             "failures": [{"name": f.path, "reason": f.error} for f in self.failures],
-            "packed_from": {"source": manifest.source, "format": manifest.format},
+            "packed_from": {"source": manifest.source, "format": manifest.format, "digest": digest},
             "packed_for": {"crop_size": crop_size, "jitter_scales": list(jitter_scales) if jitter_scales else None},
             "quality": quality,
         }
