@@ -15,14 +15,18 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from test_data_frame_layouts import as_other_user
+from torch import nn
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import ClipRequest
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
@@ -220,3 +224,58 @@ def test_packing_into_a_read_only_folder_is_one_line_naming_it(
         "disk is read-only for this user. Pass a store folder you can write to.\n"
     )
     assert not (store / ".packing").exists()
+
+
+# ---------------------------------------------------------------------------- a DataModule kept between fits
+
+
+class LabelNet(pl.LightningModule):
+    """A tiny 3D CNN that records the labels it trained on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv3d(3, 2, 3, padding=1), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(2, 4))
+        self.labels: list[int] = []
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        self.labels += batch["label"].tolist()
+        return nn.functional.cross_entropy(self.net(batch["video"]), batch["label"])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit_once(datamodule: MultigridVideoDataModule) -> list[int]:
+    model = LabelNet()
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=datamodule)
+    return sorted(model.labels)
+
+
+def test_a_datamodule_kept_between_fits_reads_a_store_packed_again_and_lets_the_old_packing_go(
+    tmp_path: Path, frames: FrameFactory
+) -> None:
+    """Issue 41, item 5: the second fit trained every clip from the old packing, whose files stayed on disk."""
+    manifest = smooth_manifest(tmp_path, frames, count=3)
+    store = pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=32, workers=0, progress=False).store
+    datamodule = MultigridVideoDataModule(train_manifest=str(store), batch_size=1, num_frames=4, crop_size=32,
+                                          sampling_rate=1, num_workers=0)
+    assert fit_once(datamodule) == [0, 1, 2]
+    manifest.write_text("v0 3\nv1 3\n")  # packed again: two videos, both of class 3
+    pack_frames(load_manifest(manifest), store, crop_size=32, workers=0, progress=False)
+    assert len(generations(store)) == 2  # the DataModule still holds the first packing
+    assert fit_once(datamodule) == [3, 3]
+    assert generations(store) == {FrameStore(store).header["token"]}  # the first packing's files removed
+
+
+def test_a_dataset_given_on_a_store_packed_again_is_kept_with_a_warning(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = smooth_manifest(tmp_path, frames, count=3)
+    store = pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=32, workers=0, progress=False).store
+    datamodule = MultigridVideoDataModule(train_manifest=str(store), batch_size=1, num_frames=4, crop_size=32,
+                                          sampling_rate=1, num_workers=0)
+    datamodule.use_datasets(train=TrainVideoDataset(store))
+    manifest.write_text("v0 3\nv1 3\n")
+    pack_frames(load_manifest(manifest), store, crop_size=32, workers=0, progress=False)
+    with pytest.warns(UserWarning, match=rf"reads the frame store {store} as it was when opened.*keeps the old packing"):
+        assert fit_once(datamodule) == [0, 1, 2]
