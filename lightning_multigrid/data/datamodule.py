@@ -24,7 +24,7 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_value, plain_value
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
-from lightning_multigrid._lightning import pl, rank_zero_warn
+from lightning_multigrid._lightning import check_trainer_package, pl, rank_zero_warn
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_store_fits,
@@ -202,6 +202,19 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._saved_served: dict[str, Any] | None = None  # what a loaded checkpoint's run served
 
     # ------------------------------------------------------------------ what the callback reads
+
+    @property
+    def trainer(self) -> pl.Trainer | None:
+        """The Trainer this DataModule serves (Lightning sets it when ``fit``, ``validate`` or ``test`` starts)."""
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: pl.Trainer | None) -> None:
+        # Lightning attaches the DataModule before any hook runs: a Trainer of the other Lightning
+        # package is refused here, naming the fix, rather than failing inside Lightning.
+        if trainer is not None:
+            check_trainer_package(self, trainer)
+        self._trainer = trainer
 
     @property
     def base_shape(self) -> GridShape:
