@@ -41,7 +41,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 from PIL import Image
@@ -65,7 +65,13 @@ from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import ClipSampling
 
-__all__ = ["PackReport", "manifest_digest", "pack_frames", "store_levels"]
+__all__ = ["DEFAULT_SUBSAMPLING", "SUBSAMPLINGS", "PackReport", "manifest_digest", "pack_frames", "store_levels"]
+
+Subsampling = Literal["4:4:4", "4:2:0"]
+SUBSAMPLINGS: tuple[Subsampling, ...] = ("4:4:4", "4:2:0")
+# Chosen from benchmarks/store_colour.py (docs/data.md): half the colour difference of 4:2:0 from the frames
+# on textured colour, for 1.4x the bytes and about 1.25x the decode CPU.
+DEFAULT_SUBSAMPLING: Subsampling = "4:4:4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,7 @@ class _Job:
     kind: str  # "frames" or "video"
     levels: tuple[int, ...]
     quality: int
+    subsampling: Subsampling
     layout: FrameLayout
 
 
@@ -133,6 +140,7 @@ def pack_frames(
     jitter_scales: tuple[int, int] | None = None,
     levels: int = 1,
     quality: int = 90,
+    subsampling: Subsampling = DEFAULT_SUBSAMPLING,
     layout: FrameLayout = DEFAULT_LAYOUT,
     workers: int | None = None,
     progress: bool = True,
@@ -149,6 +157,10 @@ def pack_frames(
             default ``(256, 320) * crop_size / 224``.
         levels: stored levels: level 0 and ``levels - 1`` more at 1/sqrt(2) steps (default 1).
         quality: JPEG quality 1-100 of resized frames (frames already at their level keep their bytes).
+        subsampling: chroma subsampling of resized frames: ``"4:4:4"`` (full colour resolution, the
+            default) or ``"4:2:0"`` (colour at half resolution both ways: about 0.7x the bytes and 0.8x
+            the decode CPU, twice the colour difference from the frames on textured colour; what stores
+            packed before this option hold, and still read). Measured in docs/data.md.
         layout: frame manifests: which files are frames (as the datasets' ``filename_tmpl``,
             ``allow_frame_gaps``).
         workers: processes; default the CPU count, ``0`` or ``1`` packs in this process.
@@ -165,6 +177,8 @@ def pack_frames(
     sides = store_levels(crop_size, jitter_scales, levels)
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
         raise ValueError(f"`quality` must be an integer in [1, 100], got {quality!r}.")
+    if subsampling not in SUBSAMPLINGS:
+        raise ValueError(f"`subsampling` must be one of {', '.join(map(repr, SUBSAMPLINGS))}, got {subsampling!r}.")
     if workers is not None:
         check_int("workers", workers, 0)
     if manifest.format not in ("frames", "video"):
@@ -173,7 +187,7 @@ def pack_frames(
     out = Path(output)
     _check_output(out, manifest)
     digest = source_digest if source_digest is not None else manifest_digest(manifest.source)
-    jobs = [_Job(entry, manifest.format, sides, quality, layout) for entry in manifest.entries]
+    jobs = [_Job(entry, manifest.format, sides, quality, subsampling, layout) for entry in manifest.entries]
     with packing_lock(out):  # another packing run into `out` finishes first; none starts meanwhile
         (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
         _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
@@ -188,7 +202,7 @@ def pack_frames(
                     + (f", e.g. {first.path}: {first.error}" if first else "")
                     + ". Run `lightning-multigrid check-data` on it to list the bad files."
                 )
-            writer.commit(manifest, crop_size, jitter_scales, quality, digest)
+            writer.commit(manifest, crop_size, jitter_scales, (quality, subsampling), digest)
         finally:
             writer.close()
             # This run's unfinished files; the marker stays until a store is complete, so a folder that
@@ -267,7 +281,7 @@ def _pack_frame_folder(job: _Job) -> _Packed:
             # A JPEG already at a level's size is stored as it is (checked just now), cut at its end
             # marker: bytes after it are ignored in every mode, and the store holds only the image.
             data = _image_bytes(Path(folder.frame_path(index)).read_bytes()) if keeps_size else None
-            _add_frame(packed, image, data, job.quality)
+            _add_frame(packed, image, data, job)
     return packed
 
 
@@ -294,7 +308,7 @@ def _pack_video_file(job: _Job) -> _Packed:
             for frame in container.decode(stream):
                 # As players show it (upright, square pixels), as extract-frames writes it.
                 image = Image.fromarray(displayed_rgb(frame, metadata, metadata.width, metadata.height))
-                _add_frame(packed, image, None, job.quality)
+                _add_frame(packed, image, None, job)
                 decoded += 1
     except (av.FFmpegError, OSError) as error:
         raise VideoDecodeError(path, f"decoding failed ({describe_error(error)})") from None
@@ -314,7 +328,7 @@ def _start(width: int, height: int, levels: tuple[int, ...]) -> _Packed:
     return _Packed((width, height), sizes, [[] for _ in levels])
 
 
-def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, quality: int) -> None:
+def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, job: _Job) -> None:
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     for size, frames in zip(packed.level_sizes, packed.frames):
         if size == (0, 0):
@@ -324,7 +338,7 @@ def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, quality:
             continue
         resized = rgb if size == rgb.size else rgb.resize(size, Image.Resampling.BICUBIC)
         buffer = io.BytesIO()
-        resized.save(buffer, format="JPEG", quality=quality)
+        resized.save(buffer, format="JPEG", quality=job.quality, subsampling=job.subsampling)
         frames.append(buffer.getvalue())
 
 
@@ -369,7 +383,8 @@ class _StoreWriter:
         return tuple(int(offsets[-1]) for offsets in self.offsets)
 
     def commit(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, digest: str | None
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
+        encoding: tuple[int, Subsampling], digest: str | None,
     ) -> None:
         """Finish every file, rename it into place, then the header; remove what older runs left."""
         renames: list[tuple[Path, Path]] = []
@@ -393,7 +408,7 @@ class _StoreWriter:
         renames.append((self.out / f"{videos_file}.partial", self.out / videos_file))
         for partial, final in renames:
             os.replace(partial, final)
-        header = self._header(manifest, crop_size, jitter_scales, quality, videos_file, digest)
+        header = self._header(manifest, crop_size, jitter_scales, encoding, videos_file, digest)
         with open(self.out / f"{HEADER_FILE}.partial", "w", encoding="utf-8") as text:
             json.dump(header, text)
             _finish(text)
@@ -407,8 +422,8 @@ class _StoreWriter:
             file.close()
 
     def _header(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, videos_file: str,
-        digest: str | None,
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
+        encoding: tuple[int, Subsampling], videos_file: str, digest: str | None,
     ) -> dict[str, Any]:
         return {
             "format": STORE_FORMAT,
@@ -432,7 +447,8 @@ class _StoreWriter:
             "failures": [{"name": f.path, "reason": f.error} for f in self.failures],
             "packed_from": {"source": manifest.source, "format": manifest.format, "digest": digest},
             "packed_for": {"crop_size": crop_size, "jitter_scales": list(jitter_scales) if jitter_scales else None},
-            "quality": quality,
+            "quality": encoding[0],
+            "subsampling": encoding[1],  # absent in stores packed before it was recorded: 4:2:0
         }
 
 
