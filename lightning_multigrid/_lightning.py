@@ -32,7 +32,7 @@ from lightning_multigrid._package_choice import ENV_VAR, TRAINER_MODULE, choose_
 __all__ = [
     "ENV_VAR", "PACKAGE", "RANK_ZERO_LOGGERS", "Callback", "LayerSync", "LightningCLI", "MisconfigurationException",
     "TorchSyncBatchNorm", "check_trainer_package", "choose_package", "either_package", "package_of", "pl",
-    "rank_zero_info", "rank_zero_warn", "submodule",
+    "rank_zero_info", "rank_zero_warn", "submodule", "warn_if_the_other_package_is_imported",
 ]
 
 # The variable and the rules live in `_package_choice` (no Lightning import), which the command line reads first.
@@ -40,10 +40,11 @@ _TRAINER_MODULE = TRAINER_MODULE
 
 PACKAGE = choose_package(os.environ, sys.modules)
 # Why, for messages: the rule of the module docstring that chose it.
+_CHOSEN_BY_DEFAULT = not os.environ.get(ENV_VAR) and [n for n in TRAINER_MODULE if n in sys.modules] != [PACKAGE]
 _CHOSEN_BY = (
     f"`{ENV_VAR}={os.environ[ENV_VAR]}`" if os.environ.get(ENV_VAR)
-    else "the package the program imported first" if [n for n in _TRAINER_MODULE if n in sys.modules] == [PACKAGE]
-    else "the package installed (neither was imported before lightning_multigrid)"
+    else "the package installed (lightning_multigrid was imported before either, or after both)" if _CHOSEN_BY_DEFAULT
+    else "the package the program imported first"
 )
 
 if TYPE_CHECKING:  # one set of names for the type checker; both packages are untyped for mypy (pyproject)
@@ -90,6 +91,26 @@ def package_of(obj: object) -> str | None:
         if top in _TRAINER_MODULE and klass.__module__.startswith(_TRAINER_MODULE[top]):
             return top
     return None
+
+
+_warned_other_package = False
+
+
+def warn_if_the_other_package_is_imported(owner: object) -> None:
+    """Warn, once per process, when the user imported the other Lightning package after this one was chosen by
+    default (neither imported yet): ``owner``, built on the chosen package's class, will not train under the
+    other's Trainer. Said when the object is built, before any Trainer is."""
+    global _warned_other_package
+    other = next(name for name in _TRAINER_MODULE if name != PACKAGE)
+    if _warned_other_package or not _CHOSEN_BY_DEFAULT or other not in sys.modules:
+        return
+    _warned_other_package = True
+    rank_zero_warn(
+        f"`{_TRAINER_MODULE[other]}` was imported after lightning_multigrid, which uses `{PACKAGE}` in this process "
+        f"(chosen by {_CHOSEN_BY}): {type(owner).__name__} works only with `{_TRAINER_MODULE[PACKAGE]}.Trainer`. "
+        f"To train with `{_TRAINER_MODULE[other]}.Trainer`, import `{other}` before lightning_multigrid or set "
+        f"`{ENV_VAR}={other}`."
+    )
 
 
 def check_trainer_package(owner: object, trainer: object) -> None:

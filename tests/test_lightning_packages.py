@@ -294,7 +294,10 @@ def test_importing_lightning_multigrid_first_then_lightning_is_refused_at_once_n
     assert last == (
         "TypeError: MultigridVideoDataModule is a `pytorch_lightning` class and the Trainer is `lightning.pytorch`'s: a "
         "Trainer takes only its own package's modules. lightning_multigrid uses `pytorch_lightning` in this process, "
-        "chosen by the package installed (neither was imported before lightning_multigrid). Import `lightning` before "
+        "chosen by the package installed (lightning_multigrid was imported before either, or after both). Import "
+        "`lightning` before "
         "lightning_multigrid (e.g. `import lightning.pytorch as pl` first), or set "
         "`LIGHTNING_MULTIGRID_PACKAGE=lightning` in the environment; or use `pytorch_lightning.Trainer`."
     ), result.stderr[-2000:]
+    # Said first when the DataModule was built, before any Trainer:
+    assert "`lightning.pytorch` was imported after lightning_multigrid, which uses `pytorch_lightning`" in result.stderr

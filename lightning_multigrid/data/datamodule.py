@@ -24,7 +24,12 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_value, plain_value
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
-from lightning_multigrid._lightning import check_trainer_package, pl, rank_zero_warn
+from lightning_multigrid._lightning import (
+    check_trainer_package,
+    pl,
+    rank_zero_warn,
+    warn_if_the_other_package_is_imported,
+)
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_store_fits,
@@ -160,6 +165,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
+        warn_if_the_other_package_is_imported(self)  # before any Trainer: the fix is in the imports
         # Each value checks its own arguments, naming them.
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
         eval_views = check_value("eval_views", eval_views, EvalViews, allow_none=True)
