@@ -181,11 +181,13 @@ def max_epochs_filled_in(trainer: pl.Trainer) -> bool:
     record of what was given, so this repeats its rule (``loops.utilities._parse_loop_limits``): a
     1000 under that rule reads as not given. -1 is no epoch limit, given or not.
     """
-    from lightning_multigrid._lightning import pl  # at call time: this module is below the Lightning layer
+    # At call time: this module is below the Lightning layer. Either package's Timer: the Trainer may be the other's.
+    from lightning_multigrid._lightning import either_package
 
+    timers = either_package("callbacks.Timer")
     return (
         trainer.max_epochs == LIGHTNING_DEFAULT_MAX_EPOCHS and trainer.max_steps == -1
-        and not any(isinstance(callback, pl.callbacks.Timer) for callback in trainer.callbacks)
+        and not any(isinstance(callback, timers) for callback in trainer.callbacks)
     )
 
 

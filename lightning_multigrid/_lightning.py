@@ -12,8 +12,11 @@ chosen once per process when this module is first imported:
    after ``lightning_multigrid`` and so come too late for rule 2, while ``lightning`` sorts before it.
 
 The callback works with a Trainer of either package (Lightning calls a callback's hooks whatever its
-class, and it reads the Trainer through attributes both share); the DataModule, ``VideoClassifier``
-and the plugins work only with the chosen package's Trainer.
+class, and it reads the Trainer through attributes both share; where it checks a class, it checks
+both packages' with :func:`either_package`); the DataModule, ``VideoClassifier`` and the plugins work
+only with the chosen package's Trainer, and the DataModule refuses another at once
+(:func:`check_trainer_package`). The command line chooses the package its class paths name
+(``lightning.pytorch.callbacks.ModelSummary``), before this module is imported.
 """
 
 from __future__ import annotations
@@ -21,52 +24,28 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from importlib.util import find_spec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from lightning_multigrid._package_choice import ENV_VAR, TRAINER_MODULE, choose_package
+
 __all__ = [
     "ENV_VAR", "PACKAGE", "RANK_ZERO_LOGGERS", "Callback", "LayerSync", "LightningCLI", "MisconfigurationException",
-    "TorchSyncBatchNorm", "choose_package", "pl", "rank_zero_info", "rank_zero_warn", "submodule",
+    "TorchSyncBatchNorm", "check_trainer_package", "choose_package", "either_package", "package_of", "pl",
+    "rank_zero_info", "rank_zero_warn", "submodule", "warn_if_the_other_package_is_imported",
 ]
 
-ENV_VAR = "LIGHTNING_MULTIGRID_PACKAGE"
-# distribution's import name -> the module that holds the Trainer
-_TRAINER_MODULE = {"lightning": "lightning.pytorch", "pytorch_lightning": "pytorch_lightning"}
-
-
-def _installed(name: str) -> bool:
-    return name in sys.modules or find_spec(name) is not None
-
-
-def choose_package(environ: dict[str, str] | os._Environ[str], imported: set[str] | Any) -> str:
-    """``"lightning"`` or ``"pytorch_lightning"`` by the rules in the module docstring.
-
-    Args:
-        environ: the process environment.
-        imported: names of the modules imported so far (``sys.modules``).
-
-    Raises:
-        ValueError: the environment variable names another package.
-        ImportError: neither package is installed.
-    """
-    asked = environ.get(ENV_VAR)
-    if asked:
-        if asked not in _TRAINER_MODULE:
-            raise ValueError(f"`{ENV_VAR}` must be 'lightning' or 'pytorch_lightning', got {asked!r}.")
-        return asked
-    already = [name for name in ("lightning", "pytorch_lightning") if name in imported]
-    if len(already) == 1:
-        return already[0]
-    found = [name for name in ("pytorch_lightning", "lightning") if _installed(name)]
-    if not found:
-        raise ImportError(
-            "lightning-multigrid needs Lightning: `pip install lightning` (or `pip install pytorch-lightning`)."
-        )
-    return found[0]
-
+# The variable and the rules live in `_package_choice` (no Lightning import), which the command line reads first.
+_TRAINER_MODULE = TRAINER_MODULE
 
 PACKAGE = choose_package(os.environ, sys.modules)
+# Why, for messages: the rule of the module docstring that chose it.
+_CHOSEN_BY_DEFAULT = not os.environ.get(ENV_VAR) and [n for n in TRAINER_MODULE if n in sys.modules] != [PACKAGE]
+_CHOSEN_BY = (
+    f"`{ENV_VAR}={os.environ[ENV_VAR]}`" if os.environ.get(ENV_VAR)
+    else "the package installed (lightning_multigrid was imported before either, or after both)" if _CHOSEN_BY_DEFAULT
+    else "the package the program imported first"
+)
 
 if TYPE_CHECKING:  # one set of names for the type checker; both packages are untyped for mypy (pyproject)
     import pytorch_lightning as pl
@@ -88,6 +67,72 @@ else:
 # Lightning's rank-zero messages go through one of these loggers (the Trainer's, or Fabric's under it).
 _FABRIC_MODULE = "lightning.fabric" if PACKAGE == "lightning" else "lightning_fabric"
 RANK_ZERO_LOGGERS = (f"{_TRAINER_MODULE[PACKAGE]}.utilities.rank_zero", f"{_FABRIC_MODULE}.utilities.rank_zero")
+
+
+def either_package(name: str) -> tuple[type, ...]:
+    """The class ``name`` (a path under the Trainer's module: ``"LightningModule"``, ``"callbacks.Timer"``) of
+    each Lightning package the process has imported, for ``isinstance`` checks on the user's objects: a
+    package not imported made none of them, and is not imported here."""
+    found = []
+    for module_name in _TRAINER_MODULE.values():
+        obj: Any = sys.modules.get(module_name)
+        for part in name.split(".") if obj is not None else ():
+            obj = getattr(obj, part, None)
+        if isinstance(obj, type):
+            found.append(obj)
+    return tuple(found)
+
+
+def package_of(obj: object) -> str | None:
+    """``"lightning"`` or ``"pytorch_lightning"``: the package whose class ``obj``'s class derives from
+    (``trainer``: its ``Trainer``); ``None`` for neither."""
+    for klass in type(obj).__mro__:
+        top = klass.__module__.split(".")[0]
+        if top in _TRAINER_MODULE and klass.__module__.startswith(_TRAINER_MODULE[top]):
+            return top
+    return None
+
+
+_warned_other_package = False
+
+
+def warn_if_the_other_package_is_imported(owner: object) -> None:
+    """Warn, once per process, when the user imported the other Lightning package after this one was chosen by
+    default (neither imported yet): ``owner``, built on the chosen package's class, will not train under the
+    other's Trainer. Said when the object is built, before any Trainer is."""
+    global _warned_other_package
+    other = next(name for name in _TRAINER_MODULE if name != PACKAGE)
+    if _warned_other_package or not _CHOSEN_BY_DEFAULT or other not in sys.modules:
+        return
+    _warned_other_package = True
+    rank_zero_warn(
+        f"`{_TRAINER_MODULE[other]}` was imported after lightning_multigrid, which uses `{PACKAGE}` in this process "
+        f"(chosen by {_CHOSEN_BY}): {type(owner).__name__} works only with `{_TRAINER_MODULE[PACKAGE]}.Trainer`. "
+        f"To train with `{_TRAINER_MODULE[other]}.Trainer`, import `{other}` before lightning_multigrid or set "
+        f"`{ENV_VAR}={other}`."
+    )
+
+
+def check_trainer_package(owner: object, trainer: object) -> None:
+    """Refuse a ``trainer`` of the other Lightning package than the one ``owner`` (an object of this package
+    built on the chosen package's class) was built for, naming both, why, and the fix.
+
+    Lightning would fail later, inside its own code (``ValueError: Expected a parent``).
+
+    Raises:
+        TypeError: when the Trainer is the other package's.
+    """
+    theirs = package_of(trainer)
+    if theirs is None or theirs == PACKAGE:
+        return
+    name = type(owner).__name__
+    raise TypeError(
+        f"{name} is a `{_TRAINER_MODULE[PACKAGE]}` class and the Trainer is `{_TRAINER_MODULE[theirs]}`'s: a "
+        f"Trainer takes only its own package's modules. lightning_multigrid uses `{PACKAGE}` in this process, "
+        f"chosen by {_CHOSEN_BY}. Import `{theirs}` before lightning_multigrid (e.g. `import "
+        f"{_TRAINER_MODULE[theirs]} as pl` first), or set `{ENV_VAR}={theirs}` in the environment; or use "
+        f"`{_TRAINER_MODULE[PACKAGE]}.Trainer`."
+    )
 
 
 def submodule(name: str) -> ModuleType:

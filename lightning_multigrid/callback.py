@@ -27,7 +27,7 @@ from lightning_multigrid._internals import (
     setting_owner,
     watch_train_fetches,
 )
-from lightning_multigrid._lightning import Callback, pl, rank_zero_info, rank_zero_warn
+from lightning_multigrid._lightning import Callback, either_package, pl, rank_zero_info, rank_zero_warn
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import (
     DEFAULTS,
@@ -378,7 +378,7 @@ class MultigridCallback(Callback):
 
         if isinstance(pl_module, PreflightModule):
             pl_module.preflight(grids)  # the module knows its own input format (e.g. pathways)
-        elif type(pl_module).forward is pl.LightningModule.forward:
+        elif any(type(pl_module).forward is getattr(module, "forward", None) for module in either_package("LightningModule")):
             rank_zero_info("multigrid: skipped the preflight check: the LightningModule has no `forward`.")
         else:
             alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None

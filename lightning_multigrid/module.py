@@ -37,7 +37,7 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_number, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
-from lightning_multigrid._lightning import pl
+from lightning_multigrid._lightning import pl, warn_if_the_other_package_is_imported
 from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.models import (
     BACKBONES,
@@ -167,6 +167,7 @@ class VideoClassifier(pl.LightningModule):
         pretrained: bool | None = None,
     ) -> None:
         super().__init__()
+        warn_if_the_other_package_is_imported(self)  # before any Trainer: the fix is in the imports
         check_int("num_classes", num_classes, 1 if multi_label else 2)
         check_int("warmup_epochs", warmup_epochs, 0)
         check_int("tiny_width", tiny_width, 1)

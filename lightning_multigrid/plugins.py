@@ -22,7 +22,7 @@ from torch import nn
 from typing_extensions import override
 
 from lightning_multigrid._internals import layer_sync_of
-from lightning_multigrid._lightning import LayerSync, TorchSyncBatchNorm, pl
+from lightning_multigrid._lightning import LayerSync, either_package, pl
 from lightning_multigrid.norm import convert_batchnorm, revert_batchnorm
 
 __all__ = ["MultigridBatchNormSync", "check_no_torch_sync_batchnorm"]
@@ -70,7 +70,8 @@ def check_no_torch_sync_batchnorm(trainer: pl.Trainer) -> None:
     Raises:
         ValueError: naming ``sync_batchnorm=True`` and the fix.
     """
-    if isinstance(layer_sync_of(trainer.strategy), TorchSyncBatchNorm):
+    # Both packages' class: a Trainer of the other Lightning package installs its own.
+    if isinstance(layer_sync_of(trainer.strategy), either_package("plugins.layer_sync.TorchSyncBatchNorm")):
         raise ValueError(
             "`Trainer(sync_batchnorm=True)` replaces every BatchNorm with torch.nn.SyncBatchNorm, "
             "which syncs over all ranks and overrides the multigrid BatchNorm plan. Remove "

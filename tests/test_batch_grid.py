@@ -133,3 +133,37 @@ def test_a_batch_without_video_warns_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check({"image": video(4, 3, 16, 16)}, GRID, epoch=0, batch_idx=1)
+
+
+GRID_3 = GridShape(batch_size=16, num_frames=3, crop_size=16)
+
+
+def test_frames_off_a_3_frame_grid_are_not_read_time_first():
+    """Issue 41, item 7: 6 frames at a 3-frame grid passed, read as (N, T, C, H, W) with 6 channels."""
+    with pytest.raises(ValueError, match=r"\(16, 3, 6, 16, 16\) \(read as \(N, C, T, H, W\): 6 frames, not 3\)"):
+        BatchGridCheck()({"video": video(16, 3, 6, 16, 16)}, GRID_3, epoch=0, batch_idx=0)
+
+
+def test_a_batch_that_reads_as_video_both_ways_is_refused_naming_both():
+    # 4 frames of 2-channel flow, or 2 frames of RGBA: one reading at the 2-frame grid, one off it
+    with pytest.raises(ValueError, match=(
+        r"\(16, 2, 4, 16, 16\), which reads two ways: as \(N, T, C, H, W\) it has the grid's 2 frames, as "
+        r"\(N, C, T, H, W\) 4 frames, not 2 .* Serve the video as \(N, C, T, H, W\)"
+    )):
+        BatchGridCheck()({"video": video(16, 2, 4, 16, 16)}, GridShape(16, 2, 16), epoch=0, batch_idx=0)
+    BatchGridCheck()({"video": video(16, 3, 3, 16, 16)}, GRID_3, epoch=0, batch_idx=0)  # 3 both ways: at the grid
+
+
+def test_the_layout_a_batch_tells_holds_for_the_fit():
+    time_first = BatchGridCheck()
+    time_first({"video": video(4, 8, 2, 16, 16)}, GRID, epoch=0, batch_idx=0)  # 8 channels is no video: time-first
+    with pytest.raises(ValueError, match=r"read as \(N, C, T, H, W\): 2 frames, not 3"):  # untold: RGB's 3 reads first
+        BatchGridCheck()({"video": video(16, 3, 2, 16, 16)}, GRID_3, epoch=0, batch_idx=1)
+    time_first({"video": video(16, 3, 2, 16, 16)}, GRID_3, epoch=0, batch_idx=1)  # 3 frames of 2-channel flow
+    time_first({"video": video(16, 2, 4, 16, 16)}, GridShape(16, 2, 16), epoch=0, batch_idx=2)
+    assert time_first.layout == "(N, T, C, H, W)"
+    channels_first = BatchGridCheck()
+    channels_first({"video": video(16, 3, 2, 16, 16)}, GridShape(16, 2, 16), epoch=0, batch_idx=0)  # RGB, 2 frames
+    assert channels_first.layout == "(N, C, T, H, W)"
+    with pytest.raises(ValueError, match=r"\(16, 3, 4, 16, 16\) \(read as \(N, C, T, H, W\): 4 frames, not 3\)"):
+        channels_first({"video": video(16, 3, 4, 16, 16)}, GRID_3, epoch=0, batch_idx=1)

@@ -172,7 +172,7 @@ class ThreadWatchingNet(pl.LightningModule):
 
 def fit(
     manifest: Path, limit_train_batches: int | None = None, model: ThreadWatchingNet | None = None,
-    datamodule: MultigridVideoDataModule | None = None, **options: Any
+    datamodule: MultigridVideoDataModule | None = None, callbacks: list[Any] | None = None, **options: Any
 ) -> tuple[ThreadWatchingNet, MultigridVideoDataModule]:
     datamodule = datamodule or MultigridVideoDataModule(
         train_manifest=str(manifest), val_manifest=str(manifest), batch_size=2, num_frames=4, crop_size=32,
@@ -181,7 +181,7 @@ def fit(
     model = model or ThreadWatchingNet()
     trainer = pl.Trainer(
         max_epochs=2, accelerator="cpu", devices=1, limit_train_batches=limit_train_batches, limit_val_batches=1,
-        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        num_sanity_val_steps=0, callbacks=callbacks, logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False,
     )
     with warnings.catch_warnings():
@@ -224,6 +224,20 @@ def test_a_fit_that_raises_leaves_no_thread_or_worker(tmp_path: Path, frames: Fr
             fit(manifest, model=model)
     finally:
         signal.signal(signal.SIGINT, interrupt_handler)
+    assert [alive for _, _, alive in model.steps] == [True, True]  # the thread was decoding when the step failed
+    assert not decode_threads()
+    assert not multiprocessing.active_children()
+
+
+def test_a_multigrid_fit_that_raises_leaves_no_thread(tmp_path: Path, frames: FrameFactory) -> None:
+    """With the callback, whose `on_exception` runs before the DataModule's and stops serving the schedule:
+    the loader it drops is closed, not forgotten with its thread running (issue 41, item 10)."""
+    from lightning_multigrid.callback import MultigridCallback
+
+    manifest = frame_dataset(tmp_path, frames)
+    model = ThreadWatchingNet(fail_at_step=1)
+    with pytest.raises(RuntimeError, match="the step failed"):
+        fit(manifest, model=model, callbacks=[MultigridCallback(precise_bn_batches=0)])
     assert [alive for _, _, alive in model.steps] == [True, True]  # the thread was decoding when the step failed
     assert not decode_threads()
     assert not multiprocessing.active_children()

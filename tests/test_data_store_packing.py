@@ -3,6 +3,7 @@ reads it, two packing runs into one store at once, and a store whose files are p
 
 from __future__ import annotations
 
+import encodings.utf_8_sig  # noqa: F401 -- imported before a block runs as a user who cannot read the stdlib
 import gc
 import json
 import os
@@ -10,15 +11,22 @@ import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from test_data_frame_layouts import as_other_user
+from torch import nn
 from torch.utils.data import DataLoader
 
+from lightning_multigrid._lightning import pl
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.clip_params import ClipRequest
+from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
@@ -172,3 +180,102 @@ def test_a_crop_size_below_1_is_refused_naming_the_crop_size(
         assert exit_code.value.code == 2
         assert f"error: `{flag}` must be a positive integer, got {crop}." in capsys.readouterr().err
     assert not (tmp_path / "synthetic").exists() and not (tmp_path / "s.store").exists()  # refused before any work
+
+
+# ---------------------------------------------------------------------------- read-only folders
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A temporary folder another user can reach (pytest's are private to their owner)."""
+    with tempfile.TemporaryDirectory() as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+def make_read_only(folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, 0o555 if path.is_dir() else 0o444)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-store", "packed-store"])
+def test_packing_into_a_read_only_folder_is_one_line_naming_it(
+    shared_dir: Path, capsys: pytest.CaptureFixture[str], existing: bool
+) -> None:
+    """Issue 41, item 11: an OSError on `.packing` with a traceback before."""
+    manifest = smooth_manifest(shared_dir, FrameFactory(shared_dir), count=1)
+    out = shared_dir / "out"
+    out.mkdir()
+    store = out / "s.store"
+    if existing:
+        pack_frames(load_manifest(manifest), store, crop_size=56, workers=0, progress=False)
+    make_read_only(out)
+    with as_other_user():
+        with pytest.raises(SystemExit) as exit_code:
+            main(["pack-frames", str(manifest), str(store), "--crop-size", "56", "--workers", "0", "--no-progress"])
+        with pytest.raises(ValueError, match=rf"The store folder {store} cannot be written"):
+            pack_frames(load_manifest(manifest), store, crop_size=56, workers=0, progress=False)
+    assert exit_code.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    where = "" if existing else f" (in {out})"
+    assert err == (
+        f"lightning-multigrid pack-frames: error: The store folder {store} cannot be written{where}: the folder or its "
+        "disk is read-only for this user. Pass a store folder you can write to.\n"
+    )
+    assert not (store / ".packing").exists()
+
+
+# ---------------------------------------------------------------------------- a DataModule kept between fits
+
+
+class LabelNet(pl.LightningModule):
+    """A tiny 3D CNN that records the labels it trained on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv3d(3, 2, 3, padding=1), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(2, 4))
+        self.labels: list[int] = []
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        self.labels += batch["label"].tolist()
+        return nn.functional.cross_entropy(self.net(batch["video"]), batch["label"])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit_once(datamodule: MultigridVideoDataModule) -> list[int]:
+    model = LabelNet()
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=datamodule)
+    return sorted(model.labels)
+
+
+def test_a_datamodule_kept_between_fits_reads_a_store_packed_again_and_lets_the_old_packing_go(
+    tmp_path: Path, frames: FrameFactory
+) -> None:
+    """Issue 41, item 5: the second fit trained every clip from the old packing, whose files stayed on disk."""
+    manifest = smooth_manifest(tmp_path, frames, count=3)
+    store = pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=32, workers=0, progress=False).store
+    datamodule = MultigridVideoDataModule(train_manifest=str(store), batch_size=1, num_frames=4, crop_size=32,
+                                          sampling_rate=1, num_workers=0)
+    assert fit_once(datamodule) == [0, 1, 2]
+    manifest.write_text("v0 3\nv1 3\n")  # packed again: two videos, both of class 3
+    pack_frames(load_manifest(manifest), store, crop_size=32, workers=0, progress=False)
+    assert len(generations(store)) == 2  # the DataModule still holds the first packing
+    assert fit_once(datamodule) == [3, 3]
+    assert generations(store) == {FrameStore(store).header["token"]}  # the first packing's files removed
+
+
+def test_a_dataset_given_on_a_store_packed_again_is_kept_with_a_warning(tmp_path: Path, frames: FrameFactory) -> None:
+    manifest = smooth_manifest(tmp_path, frames, count=3)
+    store = pack_frames(load_manifest(manifest), tmp_path / "s.store", crop_size=32, workers=0, progress=False).store
+    datamodule = MultigridVideoDataModule(train_manifest=str(store), batch_size=1, num_frames=4, crop_size=32,
+                                          sampling_rate=1, num_workers=0)
+    datamodule.use_datasets(train=TrainVideoDataset(store))
+    manifest.write_text("v0 3\nv1 3\n")
+    pack_frames(load_manifest(manifest), store, crop_size=32, workers=0, progress=False)
+    with pytest.warns(UserWarning, match=rf"reads the frame store {store} as it was when opened.*keeps the old packing"):
+        assert fit_once(datamodule) == [0, 1, 2]

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import encodings.utf_8_sig  # noqa: F401 -- imported before a block runs as a user who cannot read the stdlib
 import os
 import re
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from test_data_frame_layouts import as_other_user
 
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+from lightning_multigrid.data.store.format import FrameStore
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.module import VideoClassifier
 
 
-def _datamodule(root: Path, data_format: str = "mp4") -> MultigridVideoDataModule:
+def _datamodule(root: Path, data_format: str = "mp4", seed: int = 0) -> MultigridVideoDataModule:
     return MultigridVideoDataModule(
         synthetic=SyntheticData(str(root), size=(8, 4), format=data_format),  # type: ignore[arg-type]
-        batch_size=2, num_frames=4, crop_size=32, sampling_rate=1, num_workers=0,
+        batch_size=2, num_frames=4, crop_size=32, sampling_rate=1, num_workers=0, seed=seed,
     )
 
 
@@ -38,11 +44,36 @@ def test_the_synthetic_videos_are_packed_once_and_trained_from(tmp_path: Path) -
     header = Path(datamodule.train_manifest) / "store.json"
     packed_at = header.stat().st_mtime_ns
     _datamodule(tmp_path, "store").prepare_data()
-    assert header.stat().st_mtime_ns == packed_at  # complete and newer than the manifests: not packed again
-    manifest = Path(tmp_path) / "train.csv"
-    os.utime(manifest, ns=(packed_at + 10**9, packed_at + 10**9))  # the dataset written again since
-    _datamodule(tmp_path, "store").prepare_data()
+    assert header.stat().st_mtime_ns == packed_at  # complete and packed from these videos: not packed again
+    _datamodule(tmp_path, "store", seed=1).prepare_data()  # the dataset written again (another seed), then packed
     assert header.stat().st_mtime_ns > packed_at
+
+
+def test_a_copied_dataset_uses_its_stores_also_on_a_read_only_disk(tmp_path: Path) -> None:
+    """Issue 41, item 6: `cp -r` lands the manifests after the stores (packed again by file times), and a
+    read-only copy failed writing `.packing`. Staleness is the content's: the digest the store records."""
+    _datamodule(tmp_path / "original", "store").prepare_data()
+    with tempfile.TemporaryDirectory() as shared:
+        os.chmod(shared, 0o755)  # reachable by the other user
+        copy = Path(shared) / "copy"
+        shutil.copytree(tmp_path / "original", copy, copy_function=shutil.copy)  # new times, as `cp -r`
+        later = time.time_ns() + 10**9
+        for name in ("train.csv", "val.csv", "classnames.txt", "synthetic.json"):
+            os.utime(copy / name, ns=(later, later))  # the manifests landed after the stores
+        tokens = {store: FrameStore(copy / store).header["token"] for store in ("train-L46.store", "val-L46.store")}
+        for path in [copy, *copy.rglob("*")]:
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        with as_other_user():
+            datamodule = _datamodule(copy, "store")
+            datamodule.prepare_data()
+            datamodule.setup("fit")
+            batch = next(iter(datamodule.train_dataloader()))
+            datamodule.teardown("fit")
+            datamodule._train_dataset.reader.store.close()
+            datamodule._val_dataset.reader.store.close()
+        assert batch["video"].shape == (2, 3, 4, 32, 32)
+        assert {store: FrameStore(copy / store).header["token"] for store in tokens} == tokens  # not packed again
+        assert not list(copy.rglob(".packing"))
 
 
 def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:

@@ -24,7 +24,12 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int, check_value, plain_value
 from lightning_multigrid._internals import drop_train_loader, iterations_done_in_epoch
-from lightning_multigrid._lightning import pl
+from lightning_multigrid._lightning import (
+    check_trainer_package,
+    pl,
+    rank_zero_warn,
+    warn_if_the_other_package_is_imported,
+)
 from lightning_multigrid.data.checks import (
     check_drop_last,
     check_store_fits,
@@ -38,6 +43,7 @@ from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, served_state
 from lightning_multigrid.data.served_loaders import ServedLoaders
 from lightning_multigrid.data.splits import SplitBuilder
+from lightning_multigrid.data.store.reader import release_store, repacked_store
 from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.data.transfer import DEFAULT_MEAN, DEFAULT_STD, BatchTransfer
 from lightning_multigrid.grid import (
@@ -159,6 +165,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
+        warn_if_the_other_package_is_imported(self)  # before any Trainer: the fix is in the imports
         # Each value checks its own arguments, naming them.
         self._baseline = FixedGrid(GridShape(batch_size, num_frames, crop_size), ClipSampling(sampling_rate, jitter_scales))
         eval_views = check_value("eval_views", eval_views, EvalViews, allow_none=True)
@@ -196,10 +203,24 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._train_dataset: TrainVideoDataset | None = None
         self._val_dataset: EvalVideoDataset | None = None
         self._test_dataset: EvalVideoDataset | None = None
+        self._given: set[str] = set()  # the splits whose dataset came from `use_datasets`
         self._skipped: dict[str, None] = {}  # insertion-ordered set of paths
         self._saved_served: dict[str, Any] | None = None  # what a loaded checkpoint's run served
 
     # ------------------------------------------------------------------ what the callback reads
+
+    @property
+    def trainer(self) -> pl.Trainer | None:
+        """The Trainer this DataModule serves (Lightning sets it when ``fit``, ``validate`` or ``test`` starts)."""
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: pl.Trainer | None) -> None:
+        # Lightning attaches the DataModule before any hook runs: a Trainer of the other Lightning
+        # package is refused here, naming the fix, rather than failing inside Lightning.
+        if trainer is not None:
+            check_trainer_package(self, trainer)
+        self._trainer = trainer
 
     @property
     def base_shape(self) -> GridShape:
@@ -259,7 +280,10 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         plan = self._baseline if plan is None else plan
         self._check_batches_left(plan)
         self._plan = plan
-        self._loaders.forget_train()
+        # Closed, not just forgotten: the callback serves `None` from its `on_exception`, which
+        # Lightning calls before this DataModule's; a loader dropped there with its decode-ahead
+        # thread running would leave nothing for `on_exception` to close.
+        self._loaders.close_train()
 
     @property
     def skipped_videos(self) -> int:
@@ -319,6 +343,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         if test is not None:
             self._test_dataset = test
             self._loaders.close_eval("test")
+        self._given |= {split for split, dataset in (("train", train), ("val", val), ("test", test)) if dataset is not None}
 
     # ------------------------------------------------------------------ Lightning hooks
 
@@ -338,6 +363,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
                 class (naming file and line).
         """
         self._prepare_synthetic()
+        self._read_repacked_stores_again()
         splits = self._splits()
         if stage == "fit":
             self._saved_served = None  # a checkpoint's state, if any, is loaded after setup
@@ -449,6 +475,28 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._saved_served = {key: state_dict[key] for key in ("multigrid", "base_shape") if key in state_dict}
 
     # ------------------------------------------------------------------ helpers
+
+    def _read_repacked_stores_again(self) -> None:
+        """A split read from a packed store that was packed again since (this DataModule kept between fits) is
+        read again, from the new packing, and the old packing is let go (its lock released, its files removed
+        where no other run reads them). A dataset given with ``use_datasets`` is kept, with a warning."""
+        for split in ("train", "val", "test"):
+            store = repacked_store(getattr(self, f"_{split}_dataset"))
+            if store is None:
+                continue
+            if split in self._given:
+                rank_zero_warn(
+                    f"The {split} dataset given with `use_datasets` reads the frame store {store.path} as it was when "
+                    "opened; the store was packed again since, and this run keeps the old packing. To train on the "
+                    "new one, pass a dataset opened on the store again (`use_datasets`)."
+                )
+                continue
+            if split == "train":
+                self._loaders.close_train()
+            else:
+                self._loaders.close_eval(split)
+            setattr(self, f"_{split}_dataset", None)
+            release_store(store)
 
     def _decode_ahead(self) -> DecodeAhead | None:
         """The training loader's decode-ahead thread, on the strategy's device; ``None`` when decoding is serial

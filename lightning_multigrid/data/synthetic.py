@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -49,6 +50,7 @@ __all__ = [
     "ensure_synthetic_dataset",
     "generate_synthetic_dataset",
     "render_synthetic_video",
+    "synthetic_digest",
     "synthetic_files",
     "write_video",
 ]
@@ -136,35 +138,49 @@ def ensure_synthetic_stores(
     workers: int | None = None,
 ) -> tuple[str, str]:
     """Pack the synthetic videos of ``root`` into train and val frame stores for a base crop (``pack-frames``),
-    unless stores packed since the manifests were written are there; returns their folders
-    (:func:`synthetic_store_files`: where ``SyntheticData(format="store")`` looks for them).
+    unless stores packed from these videos are there; returns their folders (:func:`synthetic_store_files`:
+    where ``SyntheticData(format="store")`` looks for them).
 
-    The manifests are written last when a dataset is (re)generated, so a store older than its
-    manifest holds the videos of an earlier dataset and is packed again. Packing is said on stderr (a
-    line before, one with the seconds after). ``workers``: packing processes (default the CPU count).
+    A store is judged by content, not by file times (a copy made with ``cp -r`` reorders those): it
+    records what it was packed from (:func:`synthetic_digest`, the manifest's and the generator's
+    settings' bytes), and a store that records another digest, or none, is packed again. A store that
+    is complete and current is used as it is, also on a read-only disk (nothing is written). Packing
+    is said on stderr (a line before, one with the seconds after). ``workers``: packing processes
+    (default the CPU count).
     """
     from lightning_multigrid.data.manifests.load import load_manifest
-    from lightning_multigrid.data.store.format import HEADER_FILE, packing_lock
+    from lightning_multigrid.data.store.format import packing_lock, store_digest
     from lightning_multigrid.data.tools.pack import pack_frames, store_levels
 
     train, val, names = synthetic_files(root)
     stores = synthetic_store_files(root, store_levels(crop_size, jitter_scales)[0])
     started: float | None = None
     for manifest, store in zip((train, val), stores):
-        # Checked holding the packing lock: a run started beside this one finds the store it packed.
+        digest = synthetic_digest(root, manifest)
+        if store_digest(store) == digest:
+            continue  # current: no lock taken, nothing written (a read-only copy works)
+        # Checked again holding the packing lock: a run started beside this one finds the store it packed.
         with packing_lock(store):
-            header = Path(store) / HEADER_FILE
-            if header.is_file() and header.stat().st_mtime_ns >= Path(manifest).stat().st_mtime_ns:
+            if store_digest(store) == digest:
                 continue
             if started is None:
                 started = _progress(
                     f"packing the synthetic videos of {root} into frame stores for crop {crop_size} ..."
                 )
             pack_frames(load_manifest(manifest, class_names=names), store, crop_size=crop_size,
-                        jitter_scales=jitter_scales, workers=workers, progress=False)
+                        jitter_scales=jitter_scales, workers=workers, progress=False, source_digest=digest)
     if started is not None:
         _progress(f"packed the frame stores in {time.perf_counter() - started:.1f} s")
     return stores
+
+
+def synthetic_digest(root: str | os.PathLike[str], manifest: str | os.PathLike[str]) -> str:
+    """What a synthetic split's videos are, as a SHA-256 (hex) of its manifest's bytes and of the generator's
+    settings record (``synthetic.json``): the manifest alone is the same for every seed."""
+    digest = hashlib.sha256(Path(manifest).read_bytes())
+    record = Path(root) / _SETTINGS_FILE
+    digest.update(b"\0" + (record.read_bytes() if record.is_file() else b""))
+    return digest.hexdigest()
 
 
 def _progress(line: str) -> float:

@@ -59,7 +59,9 @@ __all__ = [
     "is_store",
     "packing_lock",
     "read_store_manifest",
+    "remove_released_generations",
     "remove_unused_generations",
+    "store_digest",
     "store_failures",
 ]
 
@@ -126,7 +128,8 @@ class FrameStore:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
-        self.header, self._hold = _hold_generation(Path(path))
+        self.header, hold = _hold_generation(Path(path))
+        self._hold: IO[bytes] | None = hold
         arrays = np.load(Path(path) / self.header["videos_file"])
         self.first_frame: np.ndarray = arrays["first_frame"]  # int64 (videos,)
         self.num_frames: np.ndarray = arrays["num_frames"]  # int64 (videos,)
@@ -153,6 +156,30 @@ class FrameStore:
                 "(no process held them): start the run again."
             )
         self._hold = hold
+
+    @property
+    def token(self) -> str:
+        """The generation this store holds (its packing run's token)."""
+        return str(self.header["token"])
+
+    def repacked(self) -> bool:
+        """Whether the folder's ``store.json`` now names another generation (the store was packed again since
+        this one was opened), or names none (it is being packed again, or was removed)."""
+        try:
+            return str(_read_header(Path(self.path)).get("token")) != self.token
+        except ManifestError:
+            return True
+
+    def close(self) -> None:
+        """Let the generation go: drop the maps of its files and release the shared lock on it, so the next
+        packing (or :func:`remove_released_generations`) may remove its files. Reads after this fail."""
+        for _, data in self._maps or []:
+            with contextlib.suppress(BufferError):  # a view still held: the map goes with it
+                data.close()
+        self._maps = None
+        if self._hold is not None:
+            self._hold.close()  # releases the flock (forked workers' copies end with the workers)
+            self._hold = None
 
     @property
     def num_videos(self) -> int:
@@ -228,6 +255,46 @@ def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
     )
     names = tuple(header["class_names"]) if header["class_names"] is not None else None
     return Manifest(entries, int(header["num_classes"]), bool(header["multi_label"]), names, str(path), "store")
+
+
+def store_digest(path: str | os.PathLike[str]) -> str | None:
+    """What the store was packed from, as ``pack-frames`` recorded it (``packed_from.digest``: by default the
+    SHA-256 of the manifest file); ``None`` when the folder holds no complete store or the packing recorded none."""
+    try:
+        header = _read_header(Path(path))
+    except ManifestError:
+        return None
+    packed_from = header.get("packed_from")
+    digest = packed_from.get("digest") if isinstance(packed_from, dict) else None
+    return str(digest) if digest else None
+
+
+def remove_released_generations(folder: str | os.PathLike[str]) -> list[str]:
+    """Remove now the files of older generations no reader holds, if no packing run is under way and the
+    folder can be written; returns the tokens removed. Called by a reader that let a generation go: else
+    its files stay on disk until the next packing into the folder."""
+    path = Path(folder)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return []
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the packing lock: a packing run removes them itself
+        except BlockingIOError:
+            return []
+        try:
+            keep = str(_read_header(path)["token"])
+        except ManifestError:
+            return []
+        before = {m["token"] for p in path.iterdir() if (m := _GENERATION_FILE.match(p.name))} - {keep}
+        try:
+            in_use = remove_unused_generations(path, keep)
+        except OSError:  # a read-only disk: nothing to remove there
+            return []
+        return sorted(before - set(in_use))
+    finally:
+        os.close(fd)
 
 
 def store_failures(path: str | os.PathLike[str]) -> list[tuple[str, str]]:

@@ -34,9 +34,9 @@ from lightning_multigrid.data.decoding.frames import IMAGE_ERRORS, EncodedClip
 from lightning_multigrid.data.decoding.jpeg import JpegFrameError, decode_clip_crops
 from lightning_multigrid.data.decoding.readers import FrameDecode, check_frame_decode
 from lightning_multigrid.data.manifests.entries import VideoEntry
-from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choose_level
+from lightning_multigrid.data.store.format import FrameStore, StoredVideo, choose_level, remove_released_generations
 
-__all__ = ["PackedFrameReader"]
+__all__ = ["PackedFrameReader", "release_store", "repacked_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,3 +150,21 @@ class PackedFrameReader:
             jpegs.append(bytearray(jpeg))
         paths = tuple(self.frame_name(entry, level, frame) for frame in wanted)
         return EncodedClip(jpegs, order, params, entry.name, paths)
+
+
+def repacked_store(dataset: object) -> FrameStore | None:
+    """The packed store ``dataset`` reads (through its ``reader``) if that store was packed again since the
+    dataset opened it; ``None`` when it was not, or the dataset reads no store."""
+    reader = getattr(dataset, "reader", None)
+    if isinstance(reader, PackedFrameReader) and reader.store.repacked():
+        return reader.store
+    return None
+
+
+def release_store(store: FrameStore) -> None:
+    """Let an opened store's generation go (:meth:`FrameStore.close`) and remove its files now where no other
+    run reads them (:func:`~lightning_multigrid.data.store.format.remove_released_generations`)."""
+    store.close()
+    removed = remove_released_generations(store.path)
+    if removed:
+        logger.info("%s: removed the files of %d older packing(s) no run reads any more.", store.path, len(removed))

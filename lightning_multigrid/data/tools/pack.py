@@ -30,6 +30,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -40,7 +41,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 from PIL import Image
@@ -64,7 +65,13 @@ from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import ClipSampling
 
-__all__ = ["PackReport", "pack_frames", "store_levels"]
+__all__ = ["DEFAULT_SUBSAMPLING", "SUBSAMPLINGS", "PackReport", "manifest_digest", "pack_frames", "store_levels"]
+
+Subsampling = Literal["4:4:4", "4:2:0"]
+SUBSAMPLINGS: tuple[Subsampling, ...] = ("4:4:4", "4:2:0")
+# Chosen from benchmarks/store_colour.py (docs/data.md): half the colour difference of 4:2:0 from the frames
+# on textured colour, for 1.4x the bytes and about 1.25x the decode CPU.
+DEFAULT_SUBSAMPLING: Subsampling = "4:4:4"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,7 @@ class _Job:
     kind: str  # "frames" or "video"
     levels: tuple[int, ...]
     quality: int
+    subsampling: Subsampling
     layout: FrameLayout
 
 
@@ -132,9 +140,11 @@ def pack_frames(
     jitter_scales: tuple[int, int] | None = None,
     levels: int = 1,
     quality: int = 90,
+    subsampling: Subsampling = DEFAULT_SUBSAMPLING,
     layout: FrameLayout = DEFAULT_LAYOUT,
     workers: int | None = None,
     progress: bool = True,
+    source_digest: str | None = None,
 ) -> PackReport:
     """Pack every video of a frame or video manifest into a store at ``output``.
 
@@ -147,18 +157,28 @@ def pack_frames(
             default ``(256, 320) * crop_size / 224``.
         levels: stored levels: level 0 and ``levels - 1`` more at 1/sqrt(2) steps (default 1).
         quality: JPEG quality 1-100 of resized frames (frames already at their level keep their bytes).
+        subsampling: chroma subsampling of resized frames: ``"4:4:4"`` (full colour resolution, the
+            default) or ``"4:2:0"`` (colour at half resolution both ways: about 0.7x the bytes and 0.8x
+            the decode CPU, twice the colour difference from the frames on textured colour; what stores
+            packed before this option hold, and still read). Measured in docs/data.md.
         layout: frame manifests: which files are frames (as the datasets' ``filename_tmpl``,
             ``allow_frame_gaps``).
         workers: processes; default the CPU count, ``0`` or ``1`` packs in this process.
         progress: show a tqdm progress bar on stderr.
+        source_digest: what identifies the packed content, recorded in the header (``packed_from.digest``,
+            read back by :func:`~lightning_multigrid.data.store.format.store_digest`); default the SHA-256
+            of the manifest file's bytes (``None`` for a folder per class).
 
     Raises:
-        ValueError: before any frame is read: on out-of-range options, an output that is a file or a
-            folder holding something other than a store; after reading, when no video could be packed.
+        ValueError: before any frame is read: on out-of-range options, an output that is a file, a
+            folder holding something other than a store, or a folder this process cannot write (a
+            read-only disk); after reading, when no video could be packed.
     """
     sides = store_levels(crop_size, jitter_scales, levels)
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
         raise ValueError(f"`quality` must be an integer in [1, 100], got {quality!r}.")
+    if subsampling not in SUBSAMPLINGS:
+        raise ValueError(f"`subsampling` must be one of {', '.join(map(repr, SUBSAMPLINGS))}, got {subsampling!r}.")
     if workers is not None:
         check_int("workers", workers, 0)
     if manifest.format not in ("frames", "video"):
@@ -166,7 +186,8 @@ def pack_frames(
     layout.check_applies(manifest.format, manifest.source)
     out = Path(output)
     _check_output(out, manifest)
-    jobs = [_Job(entry, manifest.format, sides, quality, layout) for entry in manifest.entries]
+    digest = source_digest if source_digest is not None else manifest_digest(manifest.source)
+    jobs = [_Job(entry, manifest.format, sides, quality, subsampling, layout) for entry in manifest.entries]
     with packing_lock(out):  # another packing run into `out` finishes first; none starts meanwhile
         (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
         _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
@@ -181,7 +202,7 @@ def pack_frames(
                     + (f", e.g. {first.path}: {first.error}" if first else "")
                     + ". Run `lightning-multigrid check-data` on it to list the bad files."
                 )
-            writer.commit(manifest, crop_size, jitter_scales, quality)
+            writer.commit(manifest, crop_size, jitter_scales, (quality, subsampling), digest)
         finally:
             writer.close()
             # This run's unfinished files; the marker stays until a store is complete, so a folder that
@@ -190,10 +211,19 @@ def pack_frames(
     return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), tuple(writer.failures))
 
 
+def manifest_digest(source: str | os.PathLike[str]) -> str | None:
+    """The SHA-256 of a manifest file's bytes (hex); ``None`` when ``source`` is not a file (a folder per class)."""
+    path = Path(source)
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _check_output(out: Path, manifest: Manifest) -> None:
-    """Refuse, before any work, an output that would clobber something that is not a store."""
+    """Refuse, before any work, an output that would clobber something that is not a store, or that cannot be written."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"The store {out} would replace a file: pass a folder name (it is created).")
+    _check_writable(out)
     if out.is_dir() and not is_store(out) and any(out.iterdir()):
         raise ValueError(
             f"The store folder {out} exists and holds files that are not a frame store: pass a new or empty folder."
@@ -203,6 +233,22 @@ def _check_output(out: Path, manifest: Manifest) -> None:
         raise ValueError(
             f"The store {out} would lie inside the folder-per-class input {source} (and be read as a class): "
             "pass a folder outside it."
+        )
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse a store folder this process cannot write: a read-only disk or folder (packing writes the
+    ``.packing`` marker and its files there; the folder and its parents are created where absent)."""
+    folder = out
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent  # the nearest folder that exists is the one written first
+    # `effective_ids`: the permissions of the user this process runs as (`seteuid`), as `open` sees them.
+    effective = os.access in os.supports_effective_ids
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+        where = "" if folder == out else f" (in {folder})"
+        raise ValueError(
+            f"The store folder {out} cannot be written{where}: the folder or its disk is read-only for this user. "
+            "Pass a store folder you can write to."
         )
 
 
@@ -235,7 +281,7 @@ def _pack_frame_folder(job: _Job) -> _Packed:
             # A JPEG already at a level's size is stored as it is (checked just now), cut at its end
             # marker: bytes after it are ignored in every mode, and the store holds only the image.
             data = _image_bytes(Path(folder.frame_path(index)).read_bytes()) if keeps_size else None
-            _add_frame(packed, image, data, job.quality)
+            _add_frame(packed, image, data, job)
     return packed
 
 
@@ -262,7 +308,7 @@ def _pack_video_file(job: _Job) -> _Packed:
             for frame in container.decode(stream):
                 # As players show it (upright, square pixels), as extract-frames writes it.
                 image = Image.fromarray(displayed_rgb(frame, metadata, metadata.width, metadata.height))
-                _add_frame(packed, image, None, job.quality)
+                _add_frame(packed, image, None, job)
                 decoded += 1
     except (av.FFmpegError, OSError) as error:
         raise VideoDecodeError(path, f"decoding failed ({describe_error(error)})") from None
@@ -282,7 +328,7 @@ def _start(width: int, height: int, levels: tuple[int, ...]) -> _Packed:
     return _Packed((width, height), sizes, [[] for _ in levels])
 
 
-def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, quality: int) -> None:
+def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, job: _Job) -> None:
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     for size, frames in zip(packed.level_sizes, packed.frames):
         if size == (0, 0):
@@ -292,7 +338,7 @@ def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, quality:
             continue
         resized = rgb if size == rgb.size else rgb.resize(size, Image.Resampling.BICUBIC)
         buffer = io.BytesIO()
-        resized.save(buffer, format="JPEG", quality=quality)
+        resized.save(buffer, format="JPEG", quality=job.quality, subsampling=job.subsampling)
         frames.append(buffer.getvalue())
 
 
@@ -336,7 +382,10 @@ class _StoreWriter:
     def level_bytes(self) -> tuple[int, ...]:
         return tuple(int(offsets[-1]) for offsets in self.offsets)
 
-    def commit(self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int) -> None:
+    def commit(
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
+        encoding: tuple[int, Subsampling], digest: str | None,
+    ) -> None:
         """Finish every file, rename it into place, then the header; remove what older runs left."""
         renames: list[tuple[Path, Path]] = []
         for file, name, offsets in zip(self.files, self.names, self.offsets):
@@ -359,7 +408,7 @@ class _StoreWriter:
         renames.append((self.out / f"{videos_file}.partial", self.out / videos_file))
         for partial, final in renames:
             os.replace(partial, final)
-        header = self._header(manifest, crop_size, jitter_scales, quality, videos_file)
+        header = self._header(manifest, crop_size, jitter_scales, encoding, videos_file, digest)
         with open(self.out / f"{HEADER_FILE}.partial", "w", encoding="utf-8") as text:
             json.dump(header, text)
             _finish(text)
@@ -373,7 +422,8 @@ class _StoreWriter:
             file.close()
 
     def _header(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None, quality: int, videos_file: str
+        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
+        encoding: tuple[int, Subsampling], videos_file: str, digest: str | None,
     ) -> dict[str, Any]:
         return {
             "format": STORE_FORMAT,
@@ -395,9 +445,10 @@ class _StoreWriter:
             "multi_label": manifest.multi_label,
             "class_names": list(manifest.class_names) if manifest.class_names is not None else None,
             "failures": [{"name": f.path, "reason": f.error} for f in self.failures],
-            "packed_from": {"source": manifest.source, "format": manifest.format},
+            "packed_from": {"source": manifest.source, "format": manifest.format, "digest": digest},
             "packed_for": {"crop_size": crop_size, "jitter_scales": list(jitter_scales) if jitter_scales else None},
-            "quality": quality,
+            "quality": encoding[0],
+            "subsampling": encoding[1],  # absent in stores packed before it was recorded: 4:2:0
         }
 
 
