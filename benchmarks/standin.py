@@ -32,17 +32,24 @@ Reported per run and per grid (``B x T x S``):
   the previous iteration's end to its own end, the epoch start's wait in the epoch's first
   iteration; the time from the last iteration to the end of ``fit`` is the run's ``tail_s``);
 - the pipeline efficiency: model-only / end-to-end (issue 39's target: >= 0.90);
-- per iteration, outside the step: the wait for the data (Lightning's ``train_dataloader_next``),
-  the transfer (``on_before_batch_transfer`` and ``batch_to_device``, which runs the DataModule's
-  ``on_after_batch_transfer``: normalising, and with device decode any decode not done ahead),
-  ``MultigridCallback``'s hooks, and the rest of the loop (optimizer step, backward, Lightning);
-  read from a profiler that times only those actions;
+- per iteration: the step (the transfer's device work, then the sleep), and outside it the wait for
+  the data (Lightning's ``train_dataloader_next``), ``MultigridCallback``'s hooks and the rest of
+  the loop (backward, the optimizer step, Lightning's bookkeeping), read from a profiler that times
+  only those actions; the transfer (``on_before_batch_transfer`` and ``batch_to_device``, which runs
+  the DataModule's ``on_after_batch_transfer``) on its own;
 - each epoch's first-batch wait (from the previous epoch's last iteration, or from the start of
-  ``fit``, to the first step: loader rebuild, workers, the first fetch) and its first iteration
-  against the run's median ("steady") iteration at the same grid.
+  ``fit``, to the step: loader rebuild, workers, the first fetch) and its first iteration against
+  the run's median ("steady") iteration at the same grid.
 
-On CPU the transfer normalises on the CPU (a GPU does it in microseconds), so its cost is counted
-outside the step here where a GPU would hide it; it is reported on its own.
+**What stands for the device.** The transfer's work in the training thread (normalising the uint8
+video; any decode not done ahead) is device work on a GPU: a kernel queued before the step's. Here
+the CPU does it, and the step sleeps that much less, so an iteration's device time stays the H200's
+step (where the transfer takes longer than the step, the excess shows in the step's time). With
+``--decode device`` the JPEG decode and crop-resize of the next batch run on the CPU in the
+decode-ahead thread, beside the sleep, as nvjpeg and the resize run on a side stream beside the
+step; on CPU they are slower than on a GPU, and they share the cores with the workers. The training
+process uses ``--threads`` torch threads (default 1): more spin against the workers for the cores
+(on 2 cores, normalising a base batch took 2.3 ms with one thread, 9 ms with two).
 
     python benchmarks/standin.py                         # both paths, both runs, scale 14/workers; a few minutes
     python benchmarks/standin.py --scale 1 --decode workers
@@ -187,8 +194,9 @@ class Iteration:
     num_frames: int
     crop_size: int
     clips: int
-    model_s: float  # the sleep asked for
-    step_s: float = 0.0  # the sleep as it took
+    model_s: float  # the H200's step time for this batch, scaled
+    device_s: float = 0.0  # the transfer's device work in the training thread (normalising), counted in the step
+    step_s: float = 0.0  # device_s plus the sleep as it took: at least model_s
     iteration_s: float = 0.0
     fetch_s: float = 0.0
     transfer_s: float = 0.0
@@ -196,9 +204,9 @@ class Iteration:
 
     @property
     def loop_s(self) -> float:
-        """What is left outside the step, the data wait, the transfer and the callback: Lightning's loop,
-        backward and the optimizer step, the other hooks."""
-        return self.iteration_s - self.step_s - self.fetch_s - self.transfer_s - self.callback_s
+        """What is left outside the step (which holds the transfer), the data wait and the callback:
+        Lightning's loop, backward and the optimizer step, the other hooks."""
+        return self.iteration_s - self.step_s - self.fetch_s - self.callback_s
 
 
 def _category(action: str) -> str | None:
@@ -269,9 +277,12 @@ class StandInModel(pl.LightningModule):
     """A model whose step takes the H200's time for the batch's clips at its grid, asleep.
 
     ``training_step`` sleeps ``StepTimes.seconds`` for the batch (no CPU used: the workers and the
-    decode-ahead thread keep the cores), then returns a loss of one parameter so the optimizer steps
-    and ``MultigridCallback``'s LR scaling runs. SGD with ``MultiStepLR`` at ``milestones``, which
-    the callback reads as the baseline's LR stages.
+    decode-ahead thread keep the cores), less the device work the transfer already did in the training
+    thread for this batch (the DataModule's ``on_after_batch_transfer``: normalising, on a GPU a kernel
+    queued before the step's, here CPU work), so an iteration's device time is the H200's step unless
+    that work takes longer. Then it returns a loss of one parameter so the optimizer steps and
+    ``MultigridCallback``'s LR scaling runs. SGD with ``MultiStepLR`` at ``milestones``, which the
+    callback reads as the baseline's LR stages.
     """
 
     def __init__(self, step_times: StepTimes, meter: PaceMeter, lr: float, milestones: tuple[int, ...]) -> None:
@@ -283,11 +294,12 @@ class StandInModel(pl.LightningModule):
         video = batch["video"]  # (N, C, T, H, W)
         clips, num_frames, crop_size = int(video.shape[0]), int(video.shape[2]), int(video.shape[-1])
         model_s = self.step_times.seconds(clips, num_frames, crop_size)
+        device_s = self.meter.profiler.pending.get("transfer_s", 0.0)  # this batch's transfer, timed just before
         started = time.perf_counter()
-        time.sleep(model_s)
+        time.sleep(max(0.0, model_s - device_s))
         self.meter.current = Iteration(
             self.current_epoch, batch_idx, f"{clips} x {num_frames} x {crop_size}", num_frames, crop_size, clips, model_s,
-            step_s=time.perf_counter() - started,
+            device_s=device_s, step_s=device_s + time.perf_counter() - started,
         )
         return (self.weight - 1.0).pow(2).sum()
 
@@ -360,7 +372,8 @@ def _grid_key(iteration: Iteration) -> tuple[int, int]:
 
 def grid_rows(result: RunResult, step_times: StepTimes) -> list[dict[str, Any]]:
     """Per grid (frames x crop), coarsest first: clips, model-only and end-to-end seconds, their ratio, and
-    per iteration outside the step: the wait, the transfer, the callback, the rest of the loop."""
+    per iteration the step, the transfer (inside the step), and outside it the wait, the callback and the
+    rest of the loop."""
     rows = []
     for key in sorted({_grid_key(i) for i in result.iterations}, key=lambda k: k[0] * k[1] ** 2):
         at_grid = [i for i in result.iterations if _grid_key(i) == key]
@@ -374,6 +387,7 @@ def grid_rows(result: RunResult, step_times: StepTimes) -> list[dict[str, Any]]:
             **{f"{name[:-2]}_ms_per_iteration": 1000 * sums[name] / count
                for name in ("step_s", "fetch_s", "transfer_s", "callback_s", "loop_s")},
             "outside_step_ms_per_iteration": 1000 * (sums["iteration_s"] - sums["step_s"]) / count,
+            "step_beyond_model_ms_per_iteration": 1000 * (sums["step_s"] - sums["model_s"]) / count,
         })
     return rows
 
@@ -420,8 +434,8 @@ def run_report(result: RunResult, step_times: StepTimes) -> dict[str, Any]:
         "first_waits_s": sum(e["first_wait_s"] for e in epochs),
         "steady_outside_step_ms": 1000 * (steady_sums["iteration_s"] - steady_sums["step_s"]) / len(steady),
         "steady_wait_ms": 1000 * steady_sums["fetch_s"] / len(steady),
-        "steady_overhead_ms": 1000 * (steady_sums["transfer_s"] + steady_sums["callback_s"] + steady_sums["loop_s"])
-        / len(steady),
+        "steady_overhead_ms": 1000 * (steady_sums["callback_s"] + steady_sums["loop_s"]) / len(steady),
+        "steady_transfer_ms": 1000 * steady_sums["transfer_s"] / len(steady),
         "max_first_iteration_ratio": max(ratios) if ratios else None,
     }
     return {"decode": result.decode, "run": result.run, "scale": result.scale, "totals": totals,
@@ -436,14 +450,15 @@ def format_run(report: dict[str, Any]) -> str:
         f"end to end {totals['e2e_s']:.1f} s (CPU {totals['cpu_s']:.1f} s), efficiency {totals['efficiency']:.2f}; "
         f"{totals['iterations']} iterations",
         f"{'grid':<14} {'H200 clips/s':>12} {'iters':>6} {'clips':>6} {'model s':>8} {'e2e s':>7} {'eff':>5} "
-        f"{'wait ms':>8} {'xfer ms':>8} {'cb ms':>6} {'loop ms':>8}",
+        f"{'step ms':>8} {'xfer ms':>8} {'wait ms':>8} {'cb ms':>6} {'loop ms':>8}",
     ]
     for row in report["grids"]:
         estimated = "*" if row["h200_source"] != "measured" else " "
         lines.append(
             f"{row['grid']:<14} {row['h200_clips_per_s']:>11.0f}{estimated} {row['iterations']:>6} {row['clips']:>6} "
-            f"{row['model_s']:>8.2f} {row['e2e_s']:>7.2f} {row['efficiency']:>5.2f} {row['fetch_ms_per_iteration']:>8.1f} "
-            f"{row['transfer_ms_per_iteration']:>8.1f} {row['callback_ms_per_iteration']:>6.2f} {row['loop_ms_per_iteration']:>8.1f}"
+            f"{row['model_s']:>8.2f} {row['e2e_s']:>7.2f} {row['efficiency']:>5.2f} {row['step_ms_per_iteration']:>8.1f} "
+            f"{row['transfer_ms_per_iteration']:>8.1f} {row['fetch_ms_per_iteration']:>8.1f} "
+            f"{row['callback_ms_per_iteration']:>6.2f} {row['loop_ms_per_iteration']:>8.1f}"
         )
     lines.append(
         f"{'total':<14} {'':>12} {totals['iterations']:>6} {totals['clips']:>6} {totals['model_s']:>8.2f} "
@@ -452,7 +467,8 @@ def format_run(report: dict[str, Any]) -> str:
     worst = totals["max_first_iteration_ratio"]
     lines.append(
         f"steady iteration outside the step: {totals['steady_outside_step_ms']:.1f} ms (wait {totals['steady_wait_ms']:.1f}, "
-        f"transfer + callback + loop {totals['steady_overhead_ms']:.1f}); epoch starts: first-batch waits "
+        f"callback + loop {totals['steady_overhead_ms']:.1f}; transfer, inside the step, {totals['steady_transfer_ms']:.1f}); "
+        f"epoch starts: first-batch waits "
         f"{totals['first_waits_s']:.2f} s over {totals['epochs']} epochs, first iteration up to "
         f"{'n/a' if worst is None else f'{worst:.2f}x'} a steady one at its grid"
     )
@@ -483,6 +499,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"step-time multipliers, each a run of its own (default: {H200_WORKERS} / --workers)")
     parser.add_argument("--layout", default="contiguous", choices=("contiguous", "channels_last"),
                         help="the H200 rates' memory layout (the end-to-end runs used contiguous)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of the training process (default 1; the workers use one each)")
     parser.add_argument("--num-train", type=int, help=f"training videos (default {FULL.num_train}; gpu.py's 480)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, < 30 s")
     parser.add_argument("--data", type=Path, help="keep the synthetic videos and store here (made if missing)")
@@ -511,6 +529,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.num_train:
         setup = Setup(**{**asdict(setup), "num_train": args.num_train})
     args.scale = args.scale or [H200_WORKERS / args.workers]
+    torch.set_num_threads(args.threads)
     description, rates = load_rates(layout=args.layout)
     report: dict[str, Any] = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
