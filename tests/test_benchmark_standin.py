@@ -83,9 +83,10 @@ def _check_run(run: dict[str, Any]) -> None:
     assert [row["epoch"] for row in epochs] == list(range(totals["epochs"]))
     for row in epochs:
         assert 0 < row["first_wait_s"] < row["first_iteration_s"]
-        if row["steady_iteration_s"] is not None:
-            assert row["first_iteration_ratio"] == pytest.approx(row["first_iteration_s"] / row["steady_iteration_s"])
+        assert row["first_iteration_ratio"] == pytest.approx(row["first_iteration_s"] / row["steady_iteration_s"])
+        assert row["steady_source"] in ("measured", "step + median outside")
     assert totals["first_waits_s"] == pytest.approx(sum(row["first_wait_s"] for row in epochs))
+    assert totals["max_first_iteration_ratio"] == pytest.approx(max(row["first_iteration_ratio"] for row in epochs))
 
 
 @pytest.mark.slow
