@@ -490,11 +490,16 @@ def make_store(setup: Setup, root: Path) -> tuple[Path, float]:
     as training packs it); returns the store's manifest and the seconds it took."""
     started = time.perf_counter()
     width, height = setup.video_size
+    store = root / f"train-crop{setup.crop_size}.store"
+    settings = root / "standin-data.json"  # what the store in ``root`` was made with: reused only for the same
+    wanted = json.dumps(asdict(setup))
+    if store.is_dir() and settings.is_file() and settings.read_text() == wanted:
+        return store, 0.0
     generate_synthetic_dataset(root, num_train=setup.num_train, num_val=1, seed=0, texture_cell=12, width=width,
                                height=height, num_frames=setup.video_frames, fps=setup.fps)
-    store = pack_frames(load_manifest(root / "train.csv"), root / f"train-crop{setup.crop_size}.store",
-                        crop_size=setup.crop_size, progress=False).store
-    return Path(store), time.perf_counter() - started
+    store = Path(pack_frames(load_manifest(root / "train.csv"), store, crop_size=setup.crop_size, progress=False).store)
+    settings.write_text(wanted)
+    return store, time.perf_counter() - started
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -510,7 +515,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="torch threads of the training process (default 1; the workers use one each)")
     parser.add_argument("--num-train", type=int, help=f"training videos (default {FULL.num_train}; gpu.py's 480)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, < 30 s")
-    parser.add_argument("--data", type=Path, help="keep the synthetic videos and store here (made if missing)")
+    parser.add_argument("--data", type=Path,
+                        help="keep the synthetic videos and store here (reused when made with the same sizes)")
     parser.add_argument("--out", type=Path, help="write standin.json here")
     args = parser.parse_args(argv)
     for name, allowed in (("decode", DECODES), ("runs", RUNS)):
