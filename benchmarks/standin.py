@@ -17,8 +17,10 @@ one batch ahead in a background thread (``--decode device``, ``decode_ahead=1``)
 ``Trainer`` loop, and ``MultigridCallback`` for the multigrid run. Baseline and multigrid run
 gpu.py's end-to-end schedule: base 8 x 16 x 112, stride 4, 24 baseline epochs with LR milestones
 18 and 21 (multigrid: 1.5x epochs, long + short cycle). The default run uses 240 training videos
-(gpu.py: 480) so that both decode paths and both runs fit in a few minutes on 2 cores: the schedule
-in epochs is the same, each epoch has half the iterations.
+(gpu.py: 480; the same schedule in epochs, half the iterations per epoch): at scale 7 the model alone
+needs 84 s (baseline) and 30 s (multigrid), so the workers path's pair takes about 2.5 minutes on 2
+cores; the device path's took 30 minutes on a shared 2-core machine (its batched crop-resize on one
+CPU thread, issue 39's item 2), so ``--decode workers`` is the quick look.
 
 **Scale.** The H200 machine fed its GPU with 14 workers. ``--scale`` multiplies every step time;
 its default, 14 / ``--workers`` (7 with 2 workers), gives each worker here the share of the model's
