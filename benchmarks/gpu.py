@@ -76,6 +76,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -1020,10 +1021,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in SECTIONS:
             if name in sections:
                 report.section(name, section_work(name, setup, schedule, data, report), estimated_cost(name, report, setup))
+    rates = standin_rates(report.data, setup)
+    if rates is not None:
+        (args.out / "standin_rates.json").write_text(json.dumps(rates, indent=1))
     text = markdown(report.data)
     (args.out / "gpu.md").write_text(text)
     print(text)
     return report.data
+
+
+def standin_rates(report: dict[str, Any], setup: Setup) -> dict[str, Any] | None:
+    """The ``model`` section's per-grid clips/s in ``benchmarks/h200_rates.json``'s form, for
+    ``benchmarks/standin.py --rates`` (every grid measured: nothing estimated); ``None`` without it."""
+    rows = grid_rows(report, "model")
+    if not rows:
+        return None
+    env = report.get("env", {}) if isinstance(report.get("env"), dict) else {}
+    base = setup.base
+    return {
+        "description": f"{setup.backbone} training steps on batches already on the device ({setup.precision}, "
+                       f"MultigridBatchNorm split as multigrid splits it), clips/s per grid at base "
+                       f"{base.batch_size} x {base.num_frames} x {base.crop_size}",
+        "source": f"benchmarks/gpu.py, section `model`, {env.get('gpu', setup.device)}, {env.get('date', '')}",
+        "machine": {"gpu": env.get("gpu"), "cpu_cores": env.get("cpu_cores"), "workers": setup.workers},
+        "backbone": setup.backbone, "precision": setup.precision,
+        "base": f"{base.batch_size} x {base.num_frames} x {base.crop_size}", "sampling_rate": setup.sampling_rate,
+        "layout_used_by_end_to_end": "contiguous",
+        "grids": [{"grid": " x ".join(str(v) for v in r["shape"]), "batch_size": r["shape"][0], "num_frames": r["shape"][1],
+                   "crop_size": r["shape"][2], "contiguous_clips_per_s": r.get("contiguous_clips_per_s"),
+                   "channels_last_clips_per_s": r.get("channels_last_clips_per_s"), "source": "measured"} for r in rows],
+    }
 
 
 def estimated_cost(name: str, report: Report, setup: Setup) -> float:

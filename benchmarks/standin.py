@@ -144,6 +144,12 @@ def load_rates(path: Path = RATES_FILE, layout: str = "contiguous") -> tuple[dic
     return {k: v for k, v in table.items() if k != "grids"}, rates
 
 
+def rates_base(description: dict[str, Any]) -> tuple[int, int]:
+    """Frames and crop of the base the rates file was measured at (its ``"base"``, ``"B x T x S"``)."""
+    _, frames, crop = (int(v) for v in description["base"].split(" x "))
+    return frames, crop
+
+
 class StepTimes:
     """Seconds per clip at each grid of a run's base: the H200's rate at the same grid relative to its
     base (frames and crop over the base's), times ``scale``."""
@@ -172,7 +178,7 @@ class StepTimes:
             if distance(best) > math.log(1.15):
                 raise ValueError(
                     f"no H200 rate for the grid {num_frames} x {crop_size} (frames x crop) at base {self.base[0]} x "
-                    f"{self.base[1]}: {RATES_FILE.name} holds {', '.join(r.grid for r in self.rates)}; use a base of "
+                    f"{self.base[1]}: the rates file holds {', '.join(r.grid for r in self.rates)}; use a base of "
                     "the same proportions."
                 )
             self._cache[key] = best
@@ -326,8 +332,7 @@ class RunResult:
     iterations: list[Iteration] = field(default_factory=list)
 
 
-def train(setup: Setup, store: Path, decode: str, multigrid: bool, scale: float, rates: list[GridRate],
-          workers: int) -> RunResult:
+def train(setup: Setup, store: Path, decode: str, multigrid: bool, step_times: StepTimes, workers: int) -> RunResult:
     """One fit of the stand-in model from ``store``, decoded in the workers or on the device (the CPU)."""
     pl.seed_everything(0, verbose=False)
     datamodule = MultigridVideoDataModule(
@@ -337,7 +342,6 @@ def train(setup: Setup, store: Path, decode: str, multigrid: bool, scale: float,
     )
     profiler = ShareProfiler()
     meter = PaceMeter(profiler)
-    step_times = StepTimes(rates, (FULL.num_frames, FULL.crop_size), (setup.num_frames, setup.crop_size), scale)
     model = StandInModel(step_times, meter, setup.lr, setup.milestones)
     callbacks: list[pl.Callback] = [MultigridCallback()] if multigrid else []
     trainer = pl.Trainer(
@@ -350,7 +354,7 @@ def train(setup: Setup, store: Path, decode: str, multigrid: bool, scale: float,
     trainer.fit(model, datamodule=datamodule)
     fit_s = time.perf_counter() - meter.start
     multiprocessing.active_children()  # reap the stopped workers, so their CPU time counts
-    return RunResult(decode, "multigrid" if multigrid else "baseline", scale, fit_s, cpu_seconds() - cpu_start,
+    return RunResult(decode, "multigrid" if multigrid else "baseline", step_times.scale, fit_s, cpu_seconds() - cpu_start,
                      meter.iterations)
 
 
@@ -511,6 +515,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
     parser.add_argument("--scale", type=float, nargs="+",
                         help=f"step-time multipliers, each a run of its own (default: {H200_WORKERS} / --workers)")
+    parser.add_argument("--rates", type=Path, default=RATES_FILE,
+                        help=f"per-grid model rates (default {RATES_FILE.name}; gpu.py writes standin_rates.json)")
     parser.add_argument("--layout", default="contiguous", choices=("contiguous", "channels_last"),
                         help="the H200 rates' memory layout (the end-to-end runs used contiguous)")
     parser.add_argument("--threads", type=int, default=1,
@@ -545,12 +551,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         setup = Setup(**{**asdict(setup), "num_train": args.num_train})
     args.scale = args.scale or [H200_WORKERS / args.workers]
     torch.set_num_threads(args.threads)
-    description, rates = load_rates(layout=args.layout)
+    description, rates = load_rates(args.rates, layout=args.layout)
     report: dict[str, Any] = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cpu_cores": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(), "workers": args.workers},
         "setup": {**asdict(setup), "layout": args.layout, "smoke": args.smoke},
-        "rates": {**description, "file": RATES_FILE.name, "grids": [asdict(r) for r in rates]},
+        "rates": {**description, "file": args.rates.name, "grids": [asdict(r) for r in rates]},
         "scale_note": f"default scale {H200_WORKERS} / workers: each worker's share of the model's pace as on the H200 "
                       f"machine ({H200_WORKERS} workers); 1: the H200's own step times",
         "runs": [],
@@ -560,8 +566,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report["data_s"] = data_s
         print(f"made and packed {setup.num_train} videos in {data_s:.0f} s (not timed below)", flush=True)
         for scale, decode, run in _runs(args):
-            result = train(setup, store, decode, run == "multigrid", scale, rates, args.workers)
-            step_times = StepTimes(rates, (FULL.num_frames, FULL.crop_size), (setup.num_frames, setup.crop_size), scale)
+            step_times = StepTimes(rates, rates_base(description), (setup.num_frames, setup.crop_size), scale)
+            result = train(setup, store, decode, run == "multigrid", step_times, args.workers)
             report["runs"].append(run_report(result, step_times))
             print(format_run(report["runs"][-1]), flush=True)
             if args.out:

@@ -83,6 +83,10 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
     assert "tiny_swin3d consumes" in markdown and "| store | coarsest |" in markdown and "| inflation |" in markdown
     assert "Gpx/s" in markdown and "Stages of the store, device decode" in markdown
     assert "| efficiency |" in markdown and "Batches sized by flops, tiny_swin3d" in markdown
+    # The model's rates in the form benchmarks/standin.py --rates reads, every grid measured.
+    rates = json.loads((tmp_path / "standin_rates.json").read_text())
+    assert rates["base"] == "4 x 8 x 32" and {(g["batch_size"], g["num_frames"], g["crop_size"]) for g in rates["grids"]} == drawn
+    assert all(g["source"] == "measured" and g["contiguous_clips_per_s"] > 0 for g in rates["grids"])
 
 
 def _check_model_only(result: dict[str, Any]) -> None:

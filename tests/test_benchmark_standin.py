@@ -47,7 +47,8 @@ def test_rates_file_holds_the_h200_figures(standin: ModuleType) -> None:
 
 
 def test_step_times_scale_the_h200_rate_of_the_same_relative_grid(standin: ModuleType) -> None:
-    _, rates = standin.load_rates()
+    description, rates = standin.load_rates()
+    assert standin.rates_base(description) == (16, 112)
     times = standin.StepTimes(rates, (16, 112), (16, 112), scale=7.0)
     # 128 clips at the coarsest grid: 128 / 5135.7 s on the H200, 7x here.
     assert times.seconds(128, 4, 56) == pytest.approx(128 * 7 / 5135.7)
