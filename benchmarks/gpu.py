@@ -1,49 +1,59 @@
-"""The GPU story in one command: does the loader feed the model at every grid, and does multigrid pay?
+"""The GPU story in one command: does the pipeline keep the model's pace at every grid, and does multigrid pay?
 
-Issue 32's measurements, sized to end within 8 minutes (``--budget-s``, default 480, counted from the
-process start) on a 16-core single-GPU machine. It makes its own data, then measures, for r3d_18 at
-base 8 x 16 x 112 (stride 4), bf16-mixed, 14 workers, from the packed frame store, in this order
-(the sections, each a ``--sections`` name):
+Issues 32 and 39's measurements, sized to end within 8 minutes (``--budget-s``, default 480, counted from
+the process start) on a 16-core single-GPU machine. It makes its own data, then measures, for r3d_18 at
+base 8 x 16 x 112 (stride 4; ``--base 8x8x224`` for the paper's resolution), bf16-mixed, 14 workers,
+from the packed frame store, in this order (the sections, each a ``--sections`` name):
 
 1. ``env``: the machine, the date and the versions (Python, torch, CUDA, torchvision, Lightning and
    which package, torchcodec, simplejpeg, PyAV); which library decodes JPEG on the device; whether
    torchcodec decodes mp4 with NVDEC.
-2. ``model``: clips/s the model consumes at each grid, base to coarsest (training steps on batches
-   already on the GPU, MultigridBatchNorm split as multigrid splits it), contiguous and
-   ``channels_last_3d``, the faster kept.
-3. ``loader``: clips/s the loader delivers from the store at each grid, through a ``ChunkedDataLoader``
+2. ``model``: clips/s the model consumes at every grid the schedule draws (all eight at the default
+   base: training steps on batches already on the GPU, MultigridBatchNorm split as multigrid splits
+   it), contiguous and ``channels_last_3d``, the faster kept.
+3. ``end_to_end:store`` and ``end_to_end:store-device``: baseline against multigrid
+   (``benchmarks/train.py``'s runs: same data, seed, SGD and step LR schedule; validation once after
+   training, not timed), r3d_18 from scratch from the store, the JPEGs decoded in the workers, then
+   on the device one batch ahead: training wall-clock, iterations, top-1, the share of the loop's time
+   spent waiting for data, the multigrid callback's data-wait meter per grid, and each run's
+   model-only time (per grid the run draws, its clips over section 2's clips/s in the layout the runs
+   use, contiguous; also in the faster layout per grid) and pipeline efficiency (model-only over
+   training time), and the speed-up's share of the model-only ratio.
+4. ``overlap``: per grid (coarsest, base), ms per iteration of the training step alone, decode then
+   step, and the decode of the next batch on the side stream while the step runs; the overlapped
+   step's inflation over the step alone.
+5. ``transformer:model``, ``transformer:end_to_end``: sections 2 and 3 (workers decode) for
+   ``swin3d_t`` (bf16), its end-to-end pair sized to fit: 12 baseline epochs instead of 24 (the
+   result says so); skip both with ``--skip transformer``.
+6. ``batch_sizing``: per grid, the step time per iteration with batches sized by the measured time
+   (``batch_sizing="time"``) and by Equation 1, against the base iteration, for r3d_18 and swin3d_t
+   (issue 34's figure; ``benchmarks/step.py``'s ``sizing_rows``).
+7. ``compile``: ``torch.compile`` with one static graph per grid, first steps (compile included) and
+   steady steps against eager, for the grids the budget allows.
+8. ``loader``: clips/s the loader delivers from the store at each grid, through a ``ChunkedDataLoader``
    as training builds it: (a) ``store (workers)``, the JPEGs decoded in the workers (libjpeg-turbo
    through simplejpeg), batches moved to the GPU; (b) ``store (device decode)``, the workers read the
-   bytes and ``DecodeAhead`` decodes each batch on a side stream while the next is read (the
-   training path's overlap).
-4. ``stages``: per grid, each stage of both paths alone, as clips/s: read, decode, crop-resize,
+   bytes and ``DecodeAhead`` decodes each batch on a side stream while the next is read.
+9. ``stages``: per grid, each stage of both paths alone, as clips/s: read, decode, crop-resize,
    transfer. Workers path: one worker's CPU time per frame of each stage (``loader.py``'s
    ``stage_costs``, one torch thread) times the workers, and the pinned host-to-device copy.
    Device path: the workers reading the bytes (measured through the loader), nvjpeg decoding batches
    already read, the batched crop-resize-flip alone, and the bytes' copy to the GPU. Where a path
    delivers less than the model consumes, the stage that falls short is named.
-5. ``nvjpeg``: the device JPEG decode in Gpx/s, batched, at 340x256 and 1280x720 and at the store's
-   frames per grid, beside the best public figure (about 2.9 Gpx/s batched on one A100).
-6. ``overlap``: per grid (coarsest, base), ms per iteration of the training step alone, decode then
-   step, and the decode of the next batch on the side stream while the step runs; the overlapped
-   step's inflation over the step alone.
-7. ``end_to_end:store``: baseline against multigrid (``benchmarks/train.py``'s runs: same data, seed,
-   SGD and step LR schedule; validation once after training, not timed), r3d_18 from scratch from
-   the store with device decode: training wall-clock, iterations, top-1, the share of the loop's
-   time spent waiting for data and the multigrid callback's data-wait meter per grid.
-8. ``transformer:model``, ``transformer:end_to_end``: rows 2 and 7 for ``swin3d_t`` (bf16); skip
-   both with ``--skip transformer``.
+10. ``nvjpeg``: the device JPEG decode in Gpx/s, batched, at 340x256 and 1280x720 and at the store's
+    frames per grid, beside the best public figure (about 2.9 Gpx/s batched on one A100).
 
 Then, while the budget lasts, what earlier runs measured: ``decode`` (per-clip resize loop against the
-batched crop-resize), ``read`` (frame folders against the store), ``loader:other`` (mp4 at GOP 250 and
-12, frame folders, NVDEC), ``end_to_end:frames``, ``end_to_end:frames-serial``, ``end_to_end:mp4``,
-``precision`` (16-mixed, channels_last_3d), ``fsdp`` and ``compile``.
+batched crop-resize), ``read`` (frame folders against the store), ``precision`` (16-mixed,
+channels_last_3d), ``loader:other`` (mp4 at GOP 250 and 12, frame folders, NVDEC),
+``end_to_end:frames``, ``end_to_end:frames-serial``, ``end_to_end:mp4`` and ``fsdp``.
 
 Every section past the budget is skipped and says so: a section starts only when the time used plus
 its estimated cost (``COST_S``, for the full sizes) stays within ``--budget-s``. The data is made
 first and always.
 
-Data: Kinetics-like synthetic videos (340x256, 10 s at 30 fps, x264 veryfast): for the loader,
+Data: Kinetics-like synthetic videos (340x256, 10 s at 30 fps, x264 veryfast; with a larger base the
+short side is at least the store's level 0, e.g. 426x320 for a 224 crop): for the loader,
 camera-like footage (``loader.py``'s) at GOP 250 packed into a store (level 0 at the grids' largest
 short side); for training, the built-in synthetic classes (motion x texture, texture cell 12 px,
 visible on every grid, so both runs can learn) packed into stores. Frame folders and GOP-12 videos
@@ -53,28 +63,24 @@ Results go to ``--out/gpu.json`` after every section (a run cut short still repo
 ``--out/gpu.md`` at the end.
 
     python benchmarks/gpu.py --out gpu-results            # on the GPU machine, <= 8 minutes
+    python benchmarks/gpu.py --out gpu-224 --base 8x8x224 --sampling-rate 8   # the paper's resolution
     python benchmarks/gpu.py --smoke --out /tmp/smoke      # the same code on CPU, tiny sizes, < 1 minute
 
 On a lent machine without a package registry, ``benchmarks/gpu_carry.sh`` fetches the wheels it lacks
-and prints the one command to run there.
+and prints the one command to run there. The harness (sizes, budget, report, environment, Markdown
+parts) is ``harness.py``, the data ``bench_data.py``: sibling modules, imported as the script runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
+import dataclasses
 import itertools
 import json
-import os
-import platform
-import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -82,262 +88,71 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark scripts
+# Sibling modules: `python benchmarks/gpu.py` has benchmarks/ first on sys.path.
+from bench_data import ensure, make_data, store_manifest
+from harness import Report, Setup, environment, grid_rows, markdown_head, markdown_json, markdown_tail
+from loader import Grid, consume, render_camera_video, requests_for, schedule_grids, stage_costs
+from train import run as train_run
 
-from loader import Grid, render_camera_video, requests_for, schedule_grids, stage_costs  # noqa: E402
-from train import run as train_run  # noqa: E402
-
-from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips  # noqa: E402
-from lightning_multigrid.data.decoding.device import (  # noqa: E402
-    EncodedBatch,
+from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.decoding.device import (
     crop_resize_flip,
     crop_resize_flip_per_clip,
-    decode_clips,
     decode_jpegs,
     jpeg_decoder,
 )
-from lightning_multigrid.data.decoding.settings import ReaderSettings  # noqa: E402
-from lightning_multigrid.data.loaders import ChunkedDataLoader  # noqa: E402
-from lightning_multigrid.data.manifests.load import load_manifest  # noqa: E402
-from lightning_multigrid.data.prefetch import DecodeAhead  # noqa: E402
-from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video  # noqa: E402
-from lightning_multigrid.data.tools.extract import extract_frames  # noqa: E402
-from lightning_multigrid.data.tools.pack import pack_frames  # noqa: E402
-from lightning_multigrid.data.transfer import BatchTransfer, normalize_video  # noqa: E402
-from lightning_multigrid.module import VideoClassifier  # noqa: E402
-from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm  # noqa: E402
-from lightning_multigrid.schedule import BNPlan, GridShape, MultigridConfig, MultigridSchedule, build_schedule  # noqa: E402
+from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.loaders import ChunkedDataLoader
+from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.prefetch import DecodeAhead
+from lightning_multigrid.data.synthetic import generate_synthetic_dataset
+from lightning_multigrid.data.transfer import BatchTransfer, normalize_video
+from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
+from lightning_multigrid.schedule import (
+    BNPlan,
+    GridShape,
+    MultigridConfig,
+    MultigridSchedule,
+    build_schedule,
+    grid_counts,
+)
 
 # The best public batched nvjpeg figure the issue compares with (one A100).
 PUBLIC_NVJPEG_GPX_S = 2.9
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Every size the run uses; ``--smoke`` swaps in tiny ones."""
-
-    device: str
-    backbone: str
-    transformer: str  # the transformer backbone of the ``transformer:*`` sections
-    precision: str
-    base: GridShape
-    sampling_rate: int
-    workers: int
-    video_size: tuple[int, int]
-    video_seconds: float
-    fps: float
-    loader_videos: int
-    loader_seconds: float  # each loader row runs this long (after two warm-up batches)
-    repeat_seconds: float  # each in-process stage (device decode, crop-resize, copies) runs this long
-    stage_frames: int  # frames per grid whose workers' stage costs are timed in this process
-    nvjpeg_sizes: tuple[tuple[int, int], ...]
-    nvjpeg_batch: int
-    num_train: int
-    num_val: int
-    epochs: int
-    milestones: tuple[int, ...]
-    lr: float
-    grids: tuple[str, ...] | None  # None: every grid
-    model_steps: int
-    cost_scale: float  # COST_S (full sizes) times this is a section's estimated cost
 
 
 FULL = Setup(
     device="cuda", backbone="r3d_18", transformer="swin3d_t", precision="bf16-mixed", base=GridShape(8, 16, 112),
     sampling_rate=4, workers=14, video_size=(340, 256), video_seconds=10.0, fps=30.0, loader_videos=16,
     loader_seconds=1.5, repeat_seconds=0.5, stage_frames=1024, nvjpeg_sizes=((340, 256), (1280, 720)),
-    nvjpeg_batch=128, num_train=480, num_val=96, epochs=24, milestones=(18, 21), lr=0.0125, grids=None,
-    model_steps=20, cost_scale=1.0,
+    nvjpeg_batch=128, num_train=480, num_val=96, epochs=24, milestones=(18, 21), transformer_epochs=12,
+    transformer_milestones=(9, 11), lr=0.0125, grids=None, model_steps=20, sizing_repeats=10, cost_scale=1.0,
 )
 SMOKE = Setup(
     device="cpu", backbone="tiny", transformer="tiny_swin3d", precision="32-true", base=GridShape(4, 8, 32),
     sampling_rate=2, workers=2, video_size=(64, 48), video_seconds=2.0, fps=12.0, loader_videos=3,
     loader_seconds=0.2, repeat_seconds=0.05, stage_frames=16, nvjpeg_sizes=((64, 48),), nvjpeg_batch=4,
-    num_train=16, num_val=8, epochs=3, milestones=(2,), lr=0.0125, grids=("coarsest", "base"), model_steps=2,
-    cost_scale=0.0,
+    num_train=16, num_val=8, epochs=3, milestones=(2,), transformer_epochs=3, transformer_milestones=(2,), lr=0.0125,
+    grids=("coarsest", "base"), model_steps=2, sizing_repeats=1, cost_scale=0.0,
 )
 
 # Estimated seconds of each section at the full sizes on a 16-core H100/H200 machine (the data is made
-# first and always, about 50 s). A section starts only when the time used plus its estimate fits the budget.
+# first and always). A section starts only when the time used plus its estimate fits the budget. The
+# order is the run's: the end-to-end pairs (and what their efficiency needs: the model's rates) first.
 COST_S = {
-    "env": 5, "model": 25, "loader": 40, "stages": 40, "nvjpeg": 5, "overlap": 15, "end_to_end:store": 110,
-    "transformer:model": 20, "transformer:end_to_end": 110,
-    "decode": 20, "read": 35, "loader:other": 90, "end_to_end:frames": 130, "end_to_end:frames-serial": 100,
-    "end_to_end:mp4": 100, "precision": 25, "fsdp": 40, "compile": 120,
+    "env": 5, "model": 20, "end_to_end:store": 60, "end_to_end:store-device": 80, "overlap": 30,
+    "transformer:model": 15, "transformer:end_to_end": 70, "batch_sizing": 45, "compile": 90,
+    "loader": 25, "stages": 30, "nvjpeg": 5, "decode": 15, "read": 30, "precision": 10,
+    "loader:other": 90, "end_to_end:frames": 130, "end_to_end:frames-serial": 100, "end_to_end:mp4": 100, "fsdp": 40,
 }
 SECTIONS = tuple(COST_S)
-
-
-def process_age_s() -> float:
-    """Seconds since this process started (imports included); 0 where ``/proc`` does not say."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        return max(0.0, float(Path("/proc/uptime").read_text().split()[0]) - started)
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-class Report:
-    """The results so far; written to ``gpu.json`` after every section."""
-
-    def __init__(self, out: Path, budget_s: float, cost_scale: float) -> None:
-        self.out, self.budget_s, self.cost_scale = out, budget_s, cost_scale
-        self.start = time.perf_counter() - process_age_s()
-        self.data: dict[str, Any] = {"seconds": {}}
-        out.mkdir(parents=True, exist_ok=True)
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.start
-
-    def section(self, name: str, work: Callable[[], Any], cost_s: float | None = None) -> Any:
-        """Run one section, keep its result or its error; skip it when its estimated cost would pass the budget
-        (``cost_s`` None: always run)."""
-        estimate = (cost_s or 0.0) * self.cost_scale
-        if cost_s is not None and self.elapsed() + estimate > self.budget_s:
-            self.data[name] = {"skipped": f"time budget: {self.elapsed():.0f} s of {self.budget_s:.0f} s used, "
-                                          f"this section's estimate {estimate:.0f} s would pass it"}
-            print(f"[{self.elapsed():5.0f} s] {name} skipped: {self.data[name]['skipped']}", flush=True)
-        else:
-            started = time.perf_counter()
-            try:
-                self.data[name] = work()
-            except Exception as error:  # one broken section must not cost the others' figures
-                self.data[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-3000:]}
-            self.data["seconds"][name] = time.perf_counter() - started
-            print(f"[{self.elapsed():5.0f} s] {name} done in {time.perf_counter() - started:.0f} s", flush=True)
-        self.data["seconds"].pop("total", None)
-        self.data["seconds"]["total"] = self.elapsed()  # last
-        (self.out / "gpu.json").write_text(json.dumps(self.data, indent=1, default=str))
-        return self.data[name]
-
-    def rows(self, name: str) -> list[dict[str, Any]]:
-        """A section's rows that hold a grid (none when it failed or was skipped)."""
-        section = self.data.get(name, [])
-        return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
-
-
-# ---------------------------------------------------------------------------- environment
-
-
-def environment(setup: Setup, sample_mp4: Path) -> dict[str, Any]:
-    from lightning_multigrid._lightning import PACKAGE
-
-    info: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cpu_cores": os.cpu_count(), "lightning_package": PACKAGE,
-    }
-    for package in ("torchvision", PACKAGE.replace("_", "-"), "torchmetrics", "simplejpeg", "av", "numpy"):
-        try:
-            info[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            info[package] = "not installed"
-    if torch.cuda.is_available():
-        properties = torch.cuda.get_device_properties(0)
-        info["gpu"] = torch.cuda.get_device_name()
-        info["gpu_memory_gib"] = round(properties.total_memory / 2**30, 1)
-    info["jpeg_decoder"] = jpeg_decoder()
-    try:
-        import torchcodec
-
-        info["torchcodec"] = torchcodec.__version__
-    except Exception as error:  # a torchcodec built for another torch raises OSError or RuntimeError
-        info["torchcodec"] = f"does not load: {type(error).__name__}: {str(error)[:300]}"
-    info["nvdec"] = nvdec_probe(sample_mp4, setup.device)
-    return info
-
-
-def nvdec_probe(path: Path, device: str) -> dict[str, Any]:
-    """Decode two frames with torchcodec on ``device``; say whether it fell back to the CPU."""
-    if device != "cuda":
-        return {"usable": False, "reason": "no CUDA"}
-    try:
-        from torchcodec.decoders import VideoDecoder
-
-        decoder = VideoDecoder(str(path), device="cuda")
-        frames = decoder.get_frames_at([0, 10]).data
-        fallback = str(getattr(decoder, "cpu_fallback", "not reported by this torchcodec"))
-        uses_nvdec = frames.is_cuda and "True" not in fallback and "not reported" not in fallback
-        return {"usable": uses_nvdec, "frames_on": str(frames.device), "cpu_fallback": fallback}
-    except Exception as error:  # any failure means: not usable here
-        return {"usable": False, "reason": f"{type(error).__name__}: {str(error)[:300]}"}
-
-
-# ---------------------------------------------------------------------------- data
-
-
-def _camera_video(path: Path, width: int, height: int, num_frames: int, fps: float, gop: int, seed: int) -> None:
-    frames = render_camera_video(width, height, num_frames, np.random.default_rng(seed))
-    write_video(path, frames, fps=fps, crf=23, preset="veryfast", gop_size=gop)
-
-
-def camera_videos(setup: Setup, folder: Path, gop: int) -> Path:
-    """``loader_videos`` camera-like videos at ``gop`` in ``folder``; returns their manifest."""
-    width, height = setup.video_size
-    num_frames = round(setup.video_seconds * setup.fps)
-    folder.mkdir(parents=True)
-    with ProcessPoolExecutor() as pool:
-        jobs = [pool.submit(_camera_video, folder / f"{i:03d}.mp4", width, height, num_frames, setup.fps, gop, i)
-                for i in range(setup.loader_videos)]
-        for job in jobs:
-            job.result()
-    (folder / "train.csv").write_text("".join(f"{i:03d}.mp4 0\n" for i in range(setup.loader_videos)))
-    return folder / "train.csv"
-
-
-def make_data(setup: Setup, root: Path, sections: set[str]) -> dict[str, Any]:
-    """The loader's videos (GOP 250) packed into a store, and, when a training section is selected, the
-    training videos packed into stores (straight from the mp4 files). Frame folders and GOP-12 videos
-    are made later, by the sections that read them (:func:`ensure`)."""
-    width, height = setup.video_size
-    num_frames = round(setup.video_seconds * setup.fps)
-    data: dict[str, Any] = {"description": f"{width}x{height}, {setup.video_seconds:g} s at {setup.fps:g} fps",
-                            "seconds": {}, "root": str(root), "train_dir": str(root / "train")}
-    started = time.perf_counter()
-    manifests = {"mp4 gop250": camera_videos(setup, root / "gop250", 250)}
-    # Level 0 at the grids' largest short side (160 for a 112 crop), as training packs it.
-    manifests["store"] = pack_frames(load_manifest(manifests["mp4 gop250"]), root / "gop250.store",
-                                     crop_size=setup.base.crop_size, progress=False).store
-    data["loader_manifests"] = {k: str(v) for k, v in manifests.items()}
-    data["seconds"]["loader_data"] = time.perf_counter() - started
-    if any(name.startswith(("end_to_end", "transformer:end_to_end")) for name in sections):
-        started = time.perf_counter()
-        train = root / "train"
-        generate_synthetic_dataset(
-            train, num_train=setup.num_train, num_val=setup.num_val, seed=0, texture_cell=12,
-            width=width, height=height, num_frames=num_frames, fps=setup.fps,
-        )
-        data["train_stores"] = tuple(
-            str(pack_frames(load_manifest(train / f"{split}.csv"), train / f"{split}.store",
-                            crop_size=setup.base.crop_size, progress=False).store)
-            for split in ("train", "val")
-        )
-        data["seconds"]["train_data"] = time.perf_counter() - started
-        data["train_disk_mib"] = {
-            "mp4": sum(p.stat().st_size for p in train.glob("**/*.mp4")) / 2**20,
-            "store": sum(p.stat().st_size for p in train.glob("*.store/**/*") if p.is_file()) / 2**20,
-        }
-    return data
-
-
-def ensure(setup: Setup, data: dict[str, Any], what: str) -> Any:
-    """Data only some sections read, made on first use (its time counts in that section):
-    ``"mp4 gop12"``, ``"frames"`` (the GOP-250 videos extracted) or ``"train_frame_manifests"``."""
-    root = Path(data["root"])
-    manifests = data["loader_manifests"]
-    if what == "mp4 gop12" and what not in manifests:
-        manifests[what] = str(camera_videos(setup, root / "gop12", 12))
-    elif what == "frames" and what not in manifests:
-        manifests[what] = str(extract_frames(load_manifest(Path(manifests["mp4 gop250"])), root / "frames250",
-                                             progress=False).manifest)
-    elif what == "train_frame_manifests" and what not in data:
-        train = Path(data["train_dir"])
-        data[what] = tuple(
-            str(extract_frames(load_manifest(train / f"{split}.csv"), train / "frames", progress=False).manifest)
-            for split in ("train", "val")
-        )
-    return data[what] if what in data else manifests[what]
+# An end-to-end section: (source, how the frames are decoded, batches decoded ahead).
+END_TO_END = {
+    "end_to_end:store": ("store", "workers", 1), "end_to_end:store-device": ("store", "device", 1),
+    "end_to_end:frames": ("frames", "device", 1), "end_to_end:frames-serial": ("frames", "device", 0),
+    "end_to_end:mp4": ("mp4", "workers", 1),
+}
 
 
 # ---------------------------------------------------------------------------- grids and the model
@@ -350,8 +165,22 @@ def benchmark_schedule(setup: Setup) -> MultigridSchedule:
 
 
 def selected_grids(setup: Setup, schedule: MultigridSchedule) -> list[Grid]:
+    """The loader and stage sections' grids: the coarsest, each long-cycle shape and the base (``setup.grids``)."""
     grids = schedule_grids(schedule)
     return [g for g in grids if setup.grids is None or g.name.split()[0] in setup.grids]
+
+
+def drawn_grids(schedule: MultigridSchedule) -> list[Grid]:
+    """Every grid the schedule draws (long- and short-cycle shapes; 8 at the default base), cheapest first:
+    :func:`selected_grids`' names, ``short BxTxS`` for the short-cycle grids they do not name."""
+    grids = {g.shape: g for g in schedule_grids(schedule)}
+    for stage in schedule.stages:
+        rate = (float(stage.sampling_rate[0]), float(stage.sampling_rate[1]))
+        for shape in stage.short_cycle:
+            if shape not in grids:
+                name = f"short {shape.batch_size}x{shape.num_frames}x{shape.crop_size}"
+                grids[shape] = Grid(name, shape, rate, schedule.jitter_scales_for(shape.crop_size))
+    return sorted(grids.values(), key=lambda g: (g.shape.num_frames * g.shape.crop_size**2, -g.shape.batch_size))
 
 
 def bn_plan(schedule: MultigridSchedule, shape: GridShape) -> BNPlan:
@@ -414,11 +243,12 @@ def synchronize(setup: Setup) -> None:
 def model_table(
     setup: Setup, schedule: MultigridSchedule, backbone: str, layouts: tuple[bool, ...] = (False, True)
 ) -> list[dict[str, Any]]:
-    """Per grid, clips/s of ``backbone``'s training steps in each memory layout of ``layouts``
-    (``True``: ``channels_last_3d``, model and input), the faster kept as ``model_clips_per_s``."""
+    """Per grid the schedule draws (all of them: the end-to-end runs' model-only times need each), clips/s of
+    ``backbone``'s training steps in each memory layout of ``layouts`` (``True``: ``channels_last_3d``, model
+    and input), the faster kept as ``model_clips_per_s``."""
     models = {channels_last: build_model(setup, channels_last, backbone) for channels_last in layouts}
     rows = []
-    for grid in selected_grids(setup, schedule):
+    for grid in drawn_grids(schedule):
         plan = bn_plan(schedule, grid.shape)
         rates = {cl: step_rate(model, setup, grid.shape, plan, setup.precision, setup.model_steps, cl)
                  for cl, model in models.items()}
@@ -431,18 +261,6 @@ def model_table(
 
 
 # ---------------------------------------------------------------------------- the loader
-
-
-def consume(batch: dict[str, Any], device: str) -> int:
-    """Put a batch's clips on the device as training would (decoding them there when encoded)."""
-    video = batch["video"]
-    if isinstance(video, EncodedBatch):
-        out = decode_clips(video, device)
-    else:
-        out = video.to(device, non_blocking=True)
-    if out.is_cuda:
-        torch.cuda.synchronize()
-    return int(out.shape[0])
 
 
 def loader_rate(dataset: Any, grid: Grid, setup: Setup, mode: str = "consume") -> float:
@@ -483,10 +301,6 @@ def loader_rate(dataset: Any, grid: Grid, setup: Setup, mode: str = "consume") -
         close = getattr(batches, "close", None)
         if close is not None:
             close()  # ends DecodeAhead's thread
-
-
-def store_manifest(data: dict[str, Any]) -> Path:
-    return Path(data["loader_manifests"]["store"])
 
 
 def loader_table(setup: Setup, schedule: MultigridSchedule, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -708,31 +522,104 @@ def _seconds_of(work: Callable[[], int], setup: Setup, steps: int) -> float:
 # ---------------------------------------------------------------------------- end to end
 
 
-def end_to_end(setup: Setup, data: dict[str, Any], source: str, decode_ahead: int = 1, backbone: str | None = None) -> dict[str, Any]:
-    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``; frames and stores are
-    decoded on the device ``decode_ahead`` batches ahead of the step (0: between steps)."""
+def end_to_end(setup: Setup, data: dict[str, Any], section: str, report: Report, backbone: str | None = None,
+               epochs: tuple[int, tuple[int, ...]] | None = None) -> dict[str, Any]:
+    """Baseline and multigrid on the same data through ``benchmarks/train.py``'s ``run``, from the section's
+    source decoded as :data:`END_TO_END` says (on the device: ``decode_ahead`` batches ahead of the step, 0
+    between steps); ``epochs``: (baseline epochs, LR milestones), default the setup's. Each run's model-only
+    time (:func:`model_only`) and pipeline efficiency (model-only over its training time) beside it."""
+    source, decode, decode_ahead = END_TO_END[section]
     backbone = backbone or setup.backbone
+    num_epochs, milestones = epochs or (setup.epochs, setup.milestones)
     args = argparse.Namespace(
         batch_size=setup.base.batch_size, num_frames=setup.base.num_frames, crop_size=setup.base.crop_size,
         sampling_rate=setup.sampling_rate, workers=setup.workers, num_views=1, width=8, lr=setup.lr,
-        milestones=list(setup.milestones), warmup_epochs=min(3, setup.milestones[0] - 1), epochs=setup.epochs,
+        milestones=list(milestones), warmup_epochs=min(3, milestones[0] - 1), epochs=num_epochs,
         accelerator="gpu" if setup.device == "cuda" else "cpu", precision=setup.precision,
     )
     encoded = {"frames": "train_frame_manifests", "store": "train_stores"}
     if source == "frames":
         ensure(setup, data, "train_frame_manifests")
     manifests = tuple(Path(p) for p in data[encoded[source]]) if source in encoded else None
-    decode = "device" if source in encoded else "workers"
-    results: dict[str, Any] = {"backbone": backbone, "source": source, "decode_ahead": decode_ahead}
+    results: dict[str, Any] = {"backbone": backbone, "source": source, "decode": decode, "decode_ahead": decode_ahead,
+                               "epochs": num_epochs, "milestones": list(milestones), "num_train": setup.num_train}
     for name, multigrid in (("baseline", False), ("multigrid", True)):
         result = train_run(args, Path(data["train_dir"]), multigrid, None, backbone, manifests, decode, decode_ahead)  # type: ignore[arg-type]
         result["grid_rates"] = {f"{t}x{c}": r for (t, c), r in result["grid_rates"].items()}
         results[name] = result
-        print(f"  {backbone} {source} {name}: {result['seconds']:.1f} s, {result['iterations']} iterations, "
-              f"top-1 {result['top1']:.3f}, data wait {result['data_wait_share']:.0%}", flush=True)
+        print(f"  {backbone} {source} ({decode} decode) {name}: {result['seconds']:.1f} s, {result['iterations']} "
+              f"iterations, top-1 {result['top1']:.3f}, data wait {result['data_wait_share']:.0%}", flush=True)
     results["speedup"] = results["baseline"]["seconds"] / results["multigrid"]["seconds"]
     results["iteration_saving"] = results["baseline"]["iterations"] / max(results["multigrid"]["iterations"], 1)
+    model_key = "model" if backbone == setup.backbone else "transformer:model"
+    results["model_only"] = model_only(setup, report.rows(model_key), num_epochs, milestones)
+    add_efficiency(results)
     return results
+
+
+def model_only(setup: Setup, model_rows: list[dict[str, Any]], epochs: int, milestones: tuple[int, ...]) -> dict[str, Any]:
+    """Seconds the model alone needs for each run's clips: per grid, the clips the run draws (``grid_counts``
+    of the schedule the callback builds, the baseline's epochs x videos at the base) over the model's clips/s
+    at that grid (section ``model``), in the layout the runs train in (contiguous: ``train.py`` does not
+    convert) and in the faster layout per grid. ``missing`` names grids the model section did not measure."""
+    schedule = build_schedule(MultigridConfig(base=setup.base, sampling_rate=setup.sampling_rate, max_epochs=epochs,
+                                              milestones=milestones))
+    rates = {tuple(r["shape"]): r for r in model_rows}
+    runs = {"baseline": [(setup.base, epochs * setup.num_train)],
+            "multigrid": [(c.grid, c.clips) for c in grid_counts(schedule, setup.num_train)]}
+    out: dict[str, Any] = {"layout": "contiguous", "grids": [], "missing": []}
+    for run, counts in runs.items():
+        seconds = {"contiguous": 0.0, "fastest": 0.0}
+        for shape, clips in counts:
+            row = rates.get((shape.batch_size, shape.num_frames, shape.crop_size))
+            if row is None:
+                out["missing"].append(f"{run} {shape.batch_size}x{shape.num_frames}x{shape.crop_size}")
+                continue
+            contiguous = row.get("contiguous_clips_per_s", row["model_clips_per_s"])
+            seconds["contiguous"] += clips / contiguous
+            seconds["fastest"] += clips / row["model_clips_per_s"]
+            out["grids"].append({"run": run, "grid": row["grid"], "clips": clips, "contiguous_clips_per_s": contiguous,
+                                 "seconds": clips / contiguous})
+        out[f"{run}_s"], out[f"{run}_fastest_layout_s"] = seconds["contiguous"], seconds["fastest"]
+    if not out["missing"]:
+        out["ratio"] = out["baseline_s"] / out["multigrid_s"]
+        out["fastest_layout_ratio"] = out["baseline_fastest_layout_s"] / out["multigrid_fastest_layout_s"]
+    return out
+
+
+def add_efficiency(results: dict[str, Any]) -> None:
+    """Each run's pipeline efficiency (model-only seconds over training seconds; 1 = the model's pace) and
+    the speed-up's share of the model-only ratio, where the model's rates cover every grid."""
+    only = results["model_only"]
+    if only["missing"]:
+        return
+    for run in ("baseline", "multigrid"):
+        results[run]["model_only_s"] = only[f"{run}_s"]
+        results[run]["pipeline_efficiency"] = only[f"{run}_s"] / results[run]["seconds"]
+    results["speedup_of_model_ratio"] = results["speedup"] / only["ratio"]
+
+
+# ---------------------------------------------------------------------------- batches sized by measured time
+
+
+def batch_sizing_table(setup: Setup) -> list[dict[str, Any]]:
+    """Issue 34's figure on this device: per grid, the step time per iteration at Equation 1's batch and at
+    the batch sized by the measured time (``batch_sizing="time"``), against the base iteration, for the CNN
+    and the transformer (``benchmarks/step.py``'s ``sizing_rows``: fp32 steps, the fastest of
+    ``sizing_repeats``). ``--smoke`` sizes by FLOPs: timed costs of its tiny grids are noise."""
+    from step import sizing_rows
+
+    args = argparse.Namespace(epochs=setup.epochs, milestones=list(setup.milestones), no_long_cycle=False,
+                              no_short_cycle=False, width=8, repeats=setup.sizing_repeats,
+                              warmup=2 if setup.sizing_repeats > 1 else 0)
+    method = "time" if setup.device == "cuda" else "flops"
+    rows = []
+    for backbone in (setup.backbone, setup.transformer):
+        entry = sizing_rows(args, setup.base, backbone, method, torch.device(setup.device))
+        rows.append(entry)
+        print(f"  batch sizing {backbone} by {method}: largest deviation from the base iteration, Equation 1 "
+              f"{entry['equation1_max_deviation']:.0%}, sized {entry['sized_max_deviation']:.0%}", flush=True)
+    return rows
 
 
 # ---------------------------------------------------------------------------- what earlier runs measured
@@ -878,9 +765,10 @@ def fsdp_fit(setup: Setup, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def compile_table(setup: Setup, schedule: MultigridSchedule, deadline: float) -> list[dict[str, Any]]:
-    """``torch.compile`` (default mode; Dynamo marks a dimension dynamic when it changes): the first
-    steps at each new grid (compile time included) and steady steps, against eager; grids that
-    would start after ``deadline`` (``time.perf_counter()``) are left out."""
+    """``torch.compile`` with one static graph per grid (``dynamic=False``: each new grid compiles its own,
+    as a multigrid run would with the recompile limit raised): per grid the schedule draws, the first
+    steps (compile time included) and steady steps, against eager; grids that would start after
+    ``deadline`` (``time.perf_counter()``) are left out and say so."""
     if setup.device != "cuda":
         return [{"skipped": "compiling on CPU takes minutes; the GPU run measures it"}]
     import torch._dynamo
@@ -890,10 +778,10 @@ def compile_table(setup: Setup, schedule: MultigridSchedule, deadline: float) ->
             setattr(torch._dynamo.config, name, 64)  # about 12 shapes per multigrid run
     started = time.perf_counter()
     eager = build_model(setup)
-    compiled = cast(torch.nn.Module, torch.compile(build_model(setup)))
+    compiled = cast(torch.nn.Module, torch.compile(build_model(setup), dynamic=False))
     print(f"  compile: models built in {time.perf_counter() - started:.1f} s", flush=True)
     rows: list[dict[str, Any]] = []
-    for grid in selected_grids(setup, schedule):
+    for grid in drawn_grids(schedule):
         if time.perf_counter() > deadline:
             rows.append({"grid": grid.name, "skipped": "time budget"})
             continue
@@ -914,30 +802,19 @@ def compile_table(setup: Setup, schedule: MultigridSchedule, deadline: float) ->
 
 
 def markdown(report: dict[str, Any]) -> str:
-    env = report.get("env", {}) if isinstance(report.get("env"), dict) else {}
-    lines = [f"# benchmarks/gpu.py on {env.get('gpu', 'CPU (--smoke)')}, {env.get('date', 'date not recorded')}", ""]
-    lines.append("```\n" + json.dumps(env, indent=1, default=str) + "\n```")
+    lines = markdown_head(report, "benchmarks/gpu.py")
+    lines += _end_to_end_tables(report)
     lines += _pace_table(report)
+    lines += _overlap_table(report, "overlap")
+    lines += _sizing_tables(report)
     lines += _stage_tables(report)
     lines += _nvjpeg_table(report)
-    lines += _overlap_table(report, "overlap")
-    lines += _end_to_end_tables(report)
     lines += _legacy_tables(report)
-    for key in ("precision", "fsdp", "compile"):
-        if key in report:
-            lines += ["", f"`{key}`:", "```", json.dumps(report[key], indent=1, default=str)[:4000], "```"]
-    not_run = {k: v.get("skipped") or v.get("error") for k, v in report.items()
-               if isinstance(v, dict) and ("skipped" in v or "error" in v)}
-    if not_run:
-        lines += ["", "Not measured:", ""] + [f"- `{k}`: {why}" for k, why in not_run.items()]
-    seconds = report.get("seconds", {})
-    lines += ["", "Seconds per section: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items())]
-    return "\n".join(lines) + "\n"
+    lines += markdown_json(report, ("precision", "fsdp", "compile"))
+    return "\n".join(lines + markdown_tail(report)) + "\n"
 
 
-def _rows(report: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    section = report.get(key, [])
-    return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
+_rows = grid_rows
 
 
 def _pace_table(report: dict[str, Any]) -> list[str]:
@@ -1008,23 +885,52 @@ def _end_to_end_tables(report: dict[str, Any]) -> list[str]:
     runs = {k: v for k, v in report.items() if k.startswith(("end_to_end", "transformer:end_to_end")) and isinstance(v, dict)}
     if not runs:
         return []
-    lines = ["", "| section | run | epochs | iterations | training s | top-1 | data wait | speed-up |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["", "End to end (pipeline efficiency: the model-only time over the training time; 1 = the model's pace):", "",
+             "| section | run | epochs | iterations | training s | model-only s | efficiency | top-1 | data wait | speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     waits = []
     for key, result in runs.items():
         if "baseline" not in result:
             lines.append(f"| {key} | {result.get('error') or result.get('skipped')} |")
             continue
+        label = f"{key} ({result['backbone']}, {result.get('decode', '?')} decode, {result.get('epochs', '?')} epochs)"
         for run in ("baseline", "multigrid"):
-            r = result[run]
-            speedup = f"{result['speedup']:.2f}x ({result['iteration_saving']:.2f}x fewer iterations)" if run == "multigrid" else ""
-            lines.append(f"| {key} ({result['backbone']}) | {run} | {r['epochs']} | {r['iterations']} | {r['seconds']:.1f} | "
-                         f"{r['top1']:.3f} | {r['data_wait_share']:.0%} | {speedup} |")
+            lines.append(_end_to_end_row(label, run, result))
         waits += [(key, grid, w) for grid, w in result["multigrid"].get("data_wait_grids", {}).items()]
+        missing = result.get("model_only", {}).get("missing")
+        if missing:
+            lines.append(f"| {key} | model-only not computed: the model section lacks {', '.join(missing)} |")
     if waits:
         lines += ["", "The multigrid runs' data-wait meter, per grid:", "",
                   "| section | grid | iterations timed | waiting |", "|---|---|---|---|"]
         lines += [f"| {key} | {grid} | {w['iterations']} | {w['share']:.0%} |" for key, grid, w in waits]
+    return lines
+
+
+def _end_to_end_row(label: str, run: str, result: dict[str, Any]) -> str:
+    r = result[run]
+    model_s, efficiency = r.get("model_only_s"), r.get("pipeline_efficiency")
+    speedup = ""
+    if run == "multigrid":
+        speedup = f"{result['speedup']:.2f}x ({result['iteration_saving']:.2f}x fewer iterations"
+        ratio = result.get("model_only", {}).get("ratio")
+        speedup += f"; model-only ratio {ratio:.2f}x, {result['speedup_of_model_ratio']:.2f} of it)" if ratio else ")"
+    return (f"| {label} | {run} | {r['epochs']} | {r['iterations']} | {r['seconds']:.1f} | "
+            f"{'-' if model_s is None else f'{model_s:.1f}'} | {'-' if efficiency is None else f'{efficiency:.2f}'} | "
+            f"{r['top1']:.3f} | {r['data_wait_share']:.0%} | {speedup} |")
+
+
+def _sizing_tables(report: dict[str, Any]) -> list[str]:
+    entries = report.get("batch_sizing")
+    if not isinstance(entries, list):
+        return []
+    lines: list[str] = []
+    for entry in entries:
+        lines += ["", f"Batches sized by {entry['method']}, {entry['backbone']}: step ms per iteration against the base "
+                      f"iteration ({entry['base_ms']:.2f} ms):", "",
+                  "| grid (frames x crop) | Eq. 1 batch | Eq. 1 rel. | sized batch | sized rel. |", "|---|---|---|---|---|"]
+        lines += [f"| {r['grid']} | {r['equation1_batch']} | {r['equation1_rel']:.2f} | {r['sized_batch']} | "
+                  f"{r['sized_rel']:.2f} |" for r in entry["grids"]]
     return lines
 
 
@@ -1058,7 +964,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated, run in this order: {','.join(SECTIONS)} (default: all)")
     parser.add_argument("--skip", default="", help="comma-separated sections or prefixes to leave out, e.g. transformer")
+    parser.add_argument("--base", type=parse_shape, help="base grid BxTxS (default 8x16x112; the paper's resolution: 8x8x224)")
+    parser.add_argument("--sampling-rate", type=int, help="frame stride at the base (default 4)")
     return parser.parse_args(argv)
+
+
+def parse_shape(text: str) -> GridShape:
+    try:
+        batch, frames, crop = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BxTxS (e.g. 8x8x224)") from None
+    return GridShape(batch, frames, crop)
+
+
+def with_base(setup: Setup, base: GridShape | None, sampling_rate: int | None) -> Setup:
+    """``setup`` at another base grid: the videos' short side at least the store's level 0 (the jitter maximum,
+    320 for a 224 crop), the width in the same 340:256 proportion."""
+    if base is None and sampling_rate is None:
+        return setup
+    base = base or setup.base
+    level0 = round(320 * base.crop_size / 224)
+    height = max(setup.video_size[1], level0 + level0 % 2)
+    width = max(setup.video_size[0], 2 * round(height * 340 / 256 / 2))
+    return dataclasses.replace(setup, base=base, sampling_rate=sampling_rate or setup.sampling_rate,
+                               video_size=(width, height))
 
 
 def chosen_sections(args: argparse.Namespace) -> set[str]:
@@ -1074,7 +1003,11 @@ def chosen_sections(args: argparse.Namespace) -> set[str]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    setup = SMOKE if args.smoke else FULL
+    setup = with_base(SMOKE if args.smoke else FULL, args.base, args.sampling_rate)
+    if args.smoke:
+        # It measures nothing: one thread, so a shared CPU's other jobs do not turn torch's spinning
+        # intra-op threads into minutes (a tiny step took 5-25 s with two threads at load 16, 0.1-0.5 s with one).
+        torch.set_num_threads(1)
     if setup.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs CUDA; `--smoke` runs the same code on CPU with tiny sizes.")
     sections = chosen_sections(args)
@@ -1087,22 +1020,61 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"making the data failed:\n{data['traceback']}")
         for name in SECTIONS:
             if name in sections:
-                report.section(name, section_work(name, setup, schedule, data, report), estimated_cost(name, report))
+                report.section(name, section_work(name, setup, schedule, data, report), estimated_cost(name, report, setup))
+    rates = standin_rates(report.data, setup)
+    if rates is not None:
+        (args.out / "standin_rates.json").write_text(json.dumps(rates, indent=1))
     text = markdown(report.data)
     (args.out / "gpu.md").write_text(text)
     print(text)
     return report.data
 
 
-def estimated_cost(name: str, report: Report) -> float:
-    """``COST_S[name]``; for the transformer's end-to-end runs, at least the r3d_18 runs' measured seconds
-    times how much slower the transformer's base-grid step measured, so a slow model is skipped, not cut."""
+def standin_rates(report: dict[str, Any], setup: Setup) -> dict[str, Any] | None:
+    """The ``model`` section's per-grid clips/s in ``benchmarks/h200_rates.json``'s form, for
+    ``benchmarks/standin.py --rates`` (every grid measured: nothing estimated); ``None`` without it."""
+    rows = grid_rows(report, "model")
+    if not rows:
+        return None
+    env = report.get("env", {}) if isinstance(report.get("env"), dict) else {}
+    base = setup.base
+    return {
+        "description": f"{setup.backbone} training steps on batches already on the device ({setup.precision}, "
+                       f"MultigridBatchNorm split as multigrid splits it), clips/s per grid at base "
+                       f"{base.batch_size} x {base.num_frames} x {base.crop_size}",
+        "source": f"benchmarks/gpu.py, section `model`, {env.get('gpu', setup.device)}, {env.get('date', '')}",
+        "machine": {"gpu": env.get("gpu"), "cpu_cores": env.get("cpu_cores"), "workers": setup.workers},
+        "backbone": setup.backbone, "precision": setup.precision,
+        "base": f"{base.batch_size} x {base.num_frames} x {base.crop_size}", "sampling_rate": setup.sampling_rate,
+        "layout_used_by_end_to_end": "contiguous",
+        "grids": [{"grid": " x ".join(str(v) for v in r["shape"]), "batch_size": r["shape"][0], "num_frames": r["shape"][1],
+                   "crop_size": r["shape"][2], "contiguous_clips_per_s": r.get("contiguous_clips_per_s"),
+                   "channels_last_clips_per_s": r.get("channels_last_clips_per_s"), "source": "measured"} for r in rows],
+    }
+
+
+def estimated_cost(name: str, report: Report, setup: Setup) -> float:
+    """``COST_S[name]``; for the transformer's end-to-end runs, at least the r3d_18 pair's measured seconds
+    (workers decode) times how much slower the transformer's base-grid step measured, times its share of
+    the epochs, so a slow model is skipped, not cut."""
     cost = float(COST_S[name])
     if name == "transformer:end_to_end" and "end_to_end:store" in report.data["seconds"]:
-        rates = [{r["grid"]: r["model_clips_per_s"] for r in report.rows(key)}.get("base") for key in ("model", "transformer:model")]
+        rates = [{r["grid"]: r.get("contiguous_clips_per_s") for r in report.rows(key)}.get("base")
+                 for key in ("model", "transformer:model")]
         if all(rates):
-            cost = max(cost, report.data["seconds"]["end_to_end:store"] * rates[0] / rates[1])
+            epochs = setup.transformer_epochs / setup.epochs
+            cost = max(cost, report.data["seconds"]["end_to_end:store"] * rates[0] / rates[1] * epochs)
     return cost
+
+
+def transformer_end_to_end(setup: Setup, data: dict[str, Any], report: Report) -> dict[str, Any]:
+    """``swin3d_t``'s pair, from the store decoded in the workers, sized to fit: ``transformer_epochs``
+    baseline epochs (the same schedule's proportions), and the result says so."""
+    epochs = (setup.transformer_epochs, setup.transformer_milestones)
+    result = end_to_end(setup, data, "end_to_end:store", report, backbone=setup.transformer, epochs=epochs)
+    result["sized_to_fit"] = (f"{setup.transformer_epochs} baseline epochs, milestones {list(setup.transformer_milestones)} "
+                              f"({setup.backbone}: {setup.epochs}, {list(setup.milestones)}), to fit the time budget")
+    return result
 
 
 def section_work(name: str, setup: Setup, schedule: MultigridSchedule, data: dict[str, Any], report: Report) -> Callable[[], Any]:
@@ -1110,21 +1082,19 @@ def section_work(name: str, setup: Setup, schedule: MultigridSchedule, data: dic
     sample = Path(data["loader_manifests"]["mp4 gop250"]).parent / "000.mp4"
     store_device = lambda: TrainVideoDataset(store_manifest(data), ReaderSettings(frame_decode="device"))  # noqa: E731
     work: dict[str, Callable[[], Any]] = {
-        "env": lambda: environment(setup, sample),
+        "env": lambda: environment(setup.device, sample),
         "model": lambda: model_table(setup, schedule, setup.backbone),
         "loader": lambda: loader_table(setup, schedule, data),
         "stages": lambda: stage_table(setup, schedule, data, report),
         "nvjpeg": lambda: nvjpeg_table(setup, report),
         "overlap": lambda: overlap_table(setup, schedule, store_device(), "store"),
-        "end_to_end:store": lambda: end_to_end(setup, data, "store"),
+        **{key: (lambda key=key: end_to_end(setup, data, key, report)) for key in END_TO_END},
         "transformer:model": lambda: model_table(setup, schedule, setup.transformer, layouts=(False,)),
-        "transformer:end_to_end": lambda: end_to_end(setup, data, "store", backbone=setup.transformer),
+        "transformer:end_to_end": lambda: transformer_end_to_end(setup, data, report),
+        "batch_sizing": lambda: batch_sizing_table(setup),
         "decode": lambda: decode_table(setup, schedule, data),
         "read": lambda: read_table(setup, schedule, data),
         "loader:other": lambda: other_loader_table(setup, schedule, data, nvdec_usable(report)),
-        "end_to_end:frames": lambda: end_to_end(setup, data, "frames"),
-        "end_to_end:frames-serial": lambda: end_to_end(setup, data, "frames", decode_ahead=0),
-        "end_to_end:mp4": lambda: end_to_end(setup, data, "mp4"),
         "precision": lambda: precision_and_layout(setup, schedule),
         "fsdp": lambda: fsdp_fit(setup, data),
         "compile": lambda: compile_table(setup, schedule, report.start + report.budget_s),

@@ -221,13 +221,19 @@ def cpu_seconds(pids: list[int]) -> float | None:
 
 
 def consume(batch: dict[str, Any], device: str | None) -> int:
+    """Finish a batch as training would and return its clips: encoded clips decoded on ``device`` (the CPU
+    when ``None``), decoded ones moved to ``device`` (left on the host when ``None``), the GPU synchronised.
+    The one ``consume`` of the benchmarks (``gpu.py`` imports it)."""
     video = batch["video"]
     if isinstance(video, EncodedBatch):
-        decoded = decode_clips(video, device or "cpu")
-        if decoded.is_cuda:
-            torch.cuda.synchronize()
-        return decoded.shape[0]
-    return (video[0] if isinstance(video, list) else video).shape[0]
+        out = decode_clips(video, device or "cpu")
+    else:
+        out = video[0] if isinstance(video, list) else video
+        if device is not None:
+            out = out.to(device, non_blocking=True)
+    if out.is_cuda:
+        torch.cuda.synchronize()
+    return int(out.shape[0])
 
 
 class PyTorchVideoClips(Dataset[dict[str, Any]]):

@@ -13,10 +13,12 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu.py"
 GRIDS = {"coarsest", "base"}
+# The smoke schedule's grids (base 4 x 8 x 32): long-cycle shapes and their short cycles.
+DRAWN_GRIDS = ((64, 2, 16), (32, 2, 23), (32, 4, 16), (16, 4, 23), (8, 4, 32), (16, 8, 16), (8, 8, 23), (4, 8, 32))
 
 
 def run_smoke(out: Path, *args: str) -> dict[str, Any]:
-    subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(out), *args], check=True, timeout=300,
+    subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(out), *args], check=True, timeout=600,
                    capture_output=True)
     return json.loads((out / "gpu.json").read_text())
 
@@ -29,8 +31,10 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
     env = report["env"]
     assert env["jpeg_decoder"] in ("torchcodec", "torchvision")
     assert {"date", "python", "torch", "torchvision", "simplejpeg", "av", "lightning_package"} <= set(env)
+    drawn = {tuple(shape) for shape in DRAWN_GRIDS}
     for key, backbone in (("model", "tiny"), ("transformer:model", "tiny_swin3d")):
-        assert {row["grid"] for row in report[key]} == GRIDS
+        # Every grid the schedule draws, long and short cycle: the model-only times need each one.
+        assert {tuple(row["shape"]) for row in report[key]} == drawn and GRIDS <= {row["grid"] for row in report[key]}
         assert all(row["model_clips_per_s"] > 0 and row["backbone"] == backbone for row in report[key])
     # (a) the store decoded in the workers, (b) decoded on the device ahead of use.
     assert {(row["source"], row["grid"]) for row in report["loader"]} == {
@@ -49,14 +53,22 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
         assert row["source"] == "store"
         assert min(row["step_alone_ms"], row["decode_then_step_ms"], row["overlapped_ms"]) > 0
         assert row["inflation"] == pytest.approx(row["overlapped_ms"] / row["step_alone_ms"])
-    for key, backbone in (("end_to_end:store", "tiny"), ("transformer:end_to_end", "tiny_swin3d"),
-                          ("end_to_end:frames", "tiny"), ("end_to_end:frames-serial", "tiny"), ("end_to_end:mp4", "tiny")):
+    for key, backbone, decode in (
+        ("end_to_end:store", "tiny", "workers"), ("end_to_end:store-device", "tiny", "device"),
+        ("transformer:end_to_end", "tiny_swin3d", "workers"), ("end_to_end:frames", "tiny", "device"),
+        ("end_to_end:frames-serial", "tiny", "device"), ("end_to_end:mp4", "tiny", "workers"),
+    ):
         result = report[key]
         baseline, multigrid = result["baseline"], result["multigrid"]
-        assert result["backbone"] == backbone
+        assert result["backbone"] == backbone and result["decode"] == decode
         assert baseline["iterations"] > multigrid["iterations"] > 0  # the schedule saves iterations
         assert 0 <= multigrid["data_wait_share"] <= 1 and 0 <= baseline["top1"] <= 1
         assert baseline["data_wait_grids"] == {} and isinstance(multigrid["data_wait_grids"], dict)
+        _check_model_only(result)
+    assert "to fit the time budget" in report["transformer:end_to_end"]["sized_to_fit"]
+    assert [entry["backbone"] for entry in report["batch_sizing"]] == ["tiny", "tiny_swin3d"]
+    for entry in report["batch_sizing"]:
+        assert entry["method"] == "flops" and all(r["sized_batch"] >= 1 and r["sized_ms"] > 0 for r in entry["grids"])
     assert {(row["source"], row["grid"]) for row in report["read"]} == {
         (source, grid) for source in ("frames", "store") for grid in GRIDS}
     assert all(row["read_frames_per_s"] > row["read_clips_per_s"] > 0 for row in report["read"])
@@ -70,6 +82,25 @@ def test_smoke_run_measures_every_section(tmp_path: Path) -> None:
     assert "| coarsest (64 x 2 x 16) |" in markdown and "| multigrid |" in markdown
     assert "tiny_swin3d consumes" in markdown and "| store | coarsest |" in markdown and "| inflation |" in markdown
     assert "Gpx/s" in markdown and "Stages of the store, device decode" in markdown
+    assert "| efficiency |" in markdown and "Batches sized by flops, tiny_swin3d" in markdown
+    # The model's rates in the form benchmarks/standin.py --rates reads, every grid measured.
+    rates = json.loads((tmp_path / "standin_rates.json").read_text())
+    assert rates["base"] == "4 x 8 x 32" and {(g["batch_size"], g["num_frames"], g["crop_size"]) for g in rates["grids"]} == drawn
+    assert all(g["source"] == "measured" and g["contiguous_clips_per_s"] > 0 for g in rates["grids"])
+
+
+def _check_model_only(result: dict[str, Any]) -> None:
+    """Each run's model-only time is the sum of its grids' clips over the model's clips/s, its efficiency
+    that over its training time; the baseline draws the base grid only."""
+    only = result["model_only"]
+    assert only["missing"] == [] and only["layout"] == "contiguous"
+    for run in ("baseline", "multigrid"):
+        grids = [g for g in only["grids"] if g["run"] == run]
+        assert only[f"{run}_s"] == pytest.approx(sum(g["clips"] / g["contiguous_clips_per_s"] for g in grids))
+        assert result[run]["pipeline_efficiency"] == pytest.approx(only[f"{run}_s"] / result[run]["seconds"])
+    assert [g["grid"] for g in only["grids"] if g["run"] == "baseline"] == ["base"]
+    assert len({g["grid"] for g in only["grids"] if g["run"] == "multigrid"}) > 2
+    assert result["speedup_of_model_ratio"] == pytest.approx(result["speedup"] / (only["baseline_s"] / only["multigrid_s"]))
 
 
 @pytest.mark.slow

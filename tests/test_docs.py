@@ -204,6 +204,7 @@ def script_flags(script: Path) -> frozenset[str]:
     def run_help() -> None:
         argv, path = sys.argv, list(sys.path)
         sys.argv = [str(script), "--help"]
+        sys.path.insert(0, str(script.parent))  # as `python script.py` does: its sibling modules import
         try:
             runpy.run_path(str(script), run_name="__main__")
         finally:
