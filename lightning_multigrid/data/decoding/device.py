@@ -24,6 +24,7 @@ good clips of the same batch (counted and logged as the workers count and log a 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -173,71 +174,105 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     """Resize, crop and flip every decoded frame of a batch at once, and put the frames in clip order.
 
     The resize is :func:`resize_crop_flip_per_clip`'s, antialiased bilinear (torch's weights), written
-    as two matrix products per frame: ``rows @ frame @ columns.T``, where ``rows`` (``S x H``) and
-    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only. So
-    one batched product per distinct frame size (one for a dataset of one aspect ratio) does the
-    whole batch, whatever its clips' scales, and gives the reference's pixels up to float rounding
-    (at most 1 grey level apart; ``tests/test_data_device_decode.py`` checks small and large crops).
-    Then one flip and one gather for the whole batch.
+    as two matrix products per clip: ``rows @ frames @ columns.T``, where ``rows`` (``S x H``) and
+    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only (the
+    flip is the columns' order reversed). A clip's frames share one size and one geometry, so the
+    weights are built once per clip, for the whole batch at once on the frames' device, in a fixed
+    number of tensor operations (:func:`batch_resize_weights`); then one batched product pair per
+    distinct frame size (one for a dataset of one aspect ratio) does the whole batch, whatever its
+    clips' scales. Host work per batch: the clips' parameters as one small tensor and one list of the
+    frames to stack, no tensor operation per clip or per frame. The pixels are the reference's up
+    to float rounding (at most 1 grey level apart; ``tests/test_data_device_decode.py`` checks small
+    and large crops and mixed frame sizes).
 
     Args:
         images: uint8 ``(3, H, W)`` frames on one device, clip after clip, each clip's distinct
-            frames (:attr:`EncodedClip.jpegs`) in order.
+            frames (:attr:`EncodedClip.jpegs`) in order; the frames of one clip share a size.
         clips: the clips the frames belong to; all share ``num_frames`` and ``crop_size``.
 
     Returns:
         uint8 ``(N, 3, T, crop_size, crop_size)`` on the frames' device.
     """
-    crop = clips[0].params.crop_size
+    crop, num_frames = clips[0].params.crop_size, len(clips[0].order)
     device = images[0].device
-    row_weights: list[torch.Tensor] = []
-    column_weights: list[torch.Tensor] = []
-    flips: list[bool] = []
-    order: list[int] = []
-    for clip in clips:
-        p = clip.params
-        offset = len(flips)
-        for image in images[offset : offset + len(clip.jpegs)]:
-            row_weights.append(resize_weights(image.shape[-2], p.resize_height, p.crop_y, crop))
-            column_weights.append(resize_weights(image.shape[-1], p.resize_width, p.crop_x, crop))
-            flips.append(p.flip)
-        order.extend(offset + k for k in clip.order)
-    out = torch.empty((len(images), 3, crop, crop), dtype=torch.float32, device=device)
-    by_size: dict[tuple[int, int], list[int]] = {}
-    for i, image in enumerate(images):
-        by_size.setdefault((image.shape[-2], image.shape[-1]), []).append(i)
-    for indices in by_size.values():
-        frames = torch.stack([images[i] for i in indices]).float()  # (n, 3, H, W)
-        rows = torch.stack([row_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, H)
-        columns = torch.stack([column_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, W)
-        out[indices] = rows @ frames @ columns.transpose(-1, -2)
-    out = out.round_().clamp_(0, 255).to(torch.uint8)
-    flip = torch.tensor(flips, device=device)[:, None, None, None]
-    out = torch.where(flip, out.flip(-1), out)
-    frames_per_clip = len(clips[0].order)
-    index = torch.tensor(order, device=device)
-    return out[index].view(len(clips), frames_per_clip, 3, crop, crop).transpose(1, 2)  # (N, 3, T, S, S)
+    starts = list(itertools.accumulate((len(clip.jpegs) for clip in clips), initial=0))
+    groups: dict[tuple[int, int], list[int]] = {}  # frame size -> its clips, in batch order
+    for i, start in enumerate(starts[:-1]):
+        groups.setdefault((images[start].shape[-2], images[start].shape[-1]), []).append(i)
+    grouped = [i for members in groups.values() for i in members]  # the clips, grouped by frame size
+    geometry = torch.tensor([_geometry(clips[i], images[starts[i]]) for i in grouped], dtype=torch.float64, device=device)
+    height, width = max(size[0] for size in groups), max(size[1] for size in groups)
+    rows = batch_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, height)  # (N, S, H max)
+    columns = batch_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, width, geometry[:, 6] > 0)
+    rows, columns = rows.float(), columns.float()
+    outputs, first = [], 0
+    for (h, w), members in groups.items():
+        last = first + len(members)
+        # Frames in output order (a frame a clip repeats is stacked twice): (n, T, 3, h, w) -> (n, h, T * 3 * w).
+        frames = torch.stack([images[starts[i] + k] for i in members for k in clips[i].order])
+        frames = frames.view(len(members), num_frames, 3, h, w).permute(0, 3, 1, 2, 4)
+        frames = frames.to(torch.float32, memory_format=torch.contiguous_format).view(len(members), h, -1)
+        resized = torch.bmm(rows[first:last, :, :h], frames)  # (n, S, T * 3 * w)
+        resized = torch.bmm(resized.view(len(members), -1, w), columns[first:last, :, :w].transpose(1, 2))
+        resized = resized.view(len(members), crop, num_frames, 3, crop).permute(0, 3, 2, 1, 4)  # (n, 3, T, S, S)
+        out = torch.empty(resized.shape, dtype=torch.uint8, device=device)
+        outputs.append(out.copy_(resized.round_().clamp_(0, 255)))  # rounded first: the copy truncates
+        first = last
+    if len(outputs) == 1:
+        return outputs[0]
+    position = {clip: k for k, clip in enumerate(grouped)}
+    return torch.cat(outputs)[torch.tensor([position[i] for i in range(len(clips))], device=device)]
 
 
-def resize_weights(in_size: int, out_size: int, start: int, count: int) -> torch.Tensor:
-    """The weights of torch's antialiased bilinear resize ``in_size -> out_size`` for outputs ``start .. start+count-1``.
+def _geometry(clip: EncodedClip, frame: torch.Tensor) -> tuple[int, ...]:
+    """One clip's resize geometry, a row of :func:`crop_resize_flip`'s table: frame size, resized size, crop corner, flip."""
+    p = clip.params
+    return frame.shape[-2], frame.shape[-1], p.resize_height, p.resize_width, p.crop_y, p.crop_x, int(p.flip)
+
+
+def batch_resize_weights(
+    in_size: torch.Tensor,
+    out_size: torch.Tensor,
+    start: torch.Tensor,
+    count: int,
+    length: int,
+    reverse: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The weights of torch's antialiased bilinear resizes ``in_size -> out_size``, outputs ``start .. start+count-1``.
 
     ``F.interpolate(mode="bilinear", antialias=True, align_corners=False)`` along one axis: output
     ``i`` is centred on input ``scale * (i + 0.5)`` and averages the inputs within ``support`` of it with
     a triangle filter stretched by ``scale`` when shrinking (the antialiasing), normalised to sum 1.
+    A batch of such resizes (one per clip) at once, on the tensors' device, in a fixed number of
+    tensor operations whatever ``N``.
+
+    Args:
+        in_size: ``(N,)`` input sizes (pixels along the axis), each at most ``length``.
+        out_size: ``(N,)`` sizes after the resize.
+        start: ``(N,)`` the first output kept (the crop's edge).
+        count: outputs kept from each (the crop's side).
+        length: the inputs' length the weights span (the largest ``in_size``); inputs at or past a
+            row's own ``in_size`` weigh 0, so a shorter input may be zero-padded or its weights sliced.
+        reverse: ``(N,)`` bools: the kept outputs in reverse order (a horizontal flip).
 
     Returns:
-        float32 ``(count, in_size)``, each row summing to 1.
+        float64 ``(N, count, length)``, each row summing to 1.
     """
     scale = in_size / out_size
-    support, stretch = (scale, 1 / scale) if scale >= 1 else (1.0, 1.0)
-    centers = scale * (torch.arange(start, start + count, dtype=torch.float64) + 0.5)
-    inputs = torch.arange(in_size, dtype=torch.float64)
-    weights = (1 - ((inputs - centers[:, None] + 0.5) * stretch).abs()).clamp_(min=0)
+    shrink = scale >= 1
+    support = torch.where(shrink, scale, 1.0)[:, None]  # (N, 1)
+    stretch = torch.where(shrink, 1 / scale, 1.0)[:, None, None]  # (N, 1, 1)
+    outputs = torch.arange(count, dtype=scale.dtype, device=scale.device)
+    if reverse is not None:
+        outputs = torch.where(reverse[:, None], count - 1 - outputs, outputs)
+    centers = scale[:, None] * (start[:, None] + outputs + 0.5)  # (N, count)
+    inputs = torch.arange(length, dtype=scale.dtype, device=scale.device)
+    weights = (1 - ((inputs - centers[..., None] + 0.5) * stretch).abs()).clamp_(min=0)  # (N, count, length)
     # torch's window: inputs int(center - support + 0.5) .. int(center + support + 0.5) - 1, inside the frame
-    low, high = (centers - support + 0.5).floor(), (centers + support + 0.5).floor()
-    weights *= (inputs >= low[:, None]) & (inputs < high[:, None])
-    return (weights / weights.sum(1, keepdim=True)).float()
+    low = (centers - support + 0.5).floor()
+    high = torch.minimum((centers + support + 0.5).floor(), in_size[:, None])
+    weights *= (inputs >= low[..., None]) & (inputs < high[..., None])
+    return weights / weights.sum(-1, keepdim=True)
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
