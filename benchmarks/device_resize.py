@@ -38,7 +38,9 @@ GRIDS = (("coarsest 128x4x56", 128, 4, 56, (64, 80)), ("base 8x16x112", 8, 16, 1
 FRAME_SIZES = ((106, 80), (212, 160))  # (width, height) of a store level
 
 
-def batch(clips: int, frames: int, crop: int, scales: tuple[int, int], size: tuple[int, int], device: torch.device, seed: int = 0) -> tuple[list[torch.Tensor], list[EncodedClip]]:
+def batch(
+    clips: int, frames: int, crop: int, scales: tuple[int, int], size: tuple[int, int], device: torch.device, seed: int = 0
+) -> tuple[list[torch.Tensor], list[EncodedClip]]:
     """Decoded frames and their clips, as :func:`crop_resize_flip` gets them after the JPEG decode."""
     rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -51,7 +53,9 @@ def batch(clips: int, frames: int, crop: int, scales: tuple[int, int], size: tup
             tuple(range(frames)), resize_w, resize_h, rng.randint(0, resize_w - crop), rng.randint(0, resize_h - crop), crop,
             rng.random() < 0.5,
         )
-        images.extend(torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=generator).to(device) for _ in range(frames))
+        images.extend(
+            torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=generator).to(device) for _ in range(frames)
+        )
         encoded.append(EncodedClip([bytearray() for _ in range(frames)], tuple(range(frames)), params))
     return images, encoded
 
@@ -72,7 +76,9 @@ def time_pair(functions: dict[str, Callable[[], object]], repeats: int, device: 
     return {name: (statistics.median(s[0] for s in runs), statistics.median(s[1] for s in runs)) for name, runs in samples.items()}
 
 
-def measure(device: torch.device, repeats: int, grids: Sequence[tuple[str, int, int, int, tuple[int, int]]] = GRIDS) -> list[dict[str, object]]:
+def measure(
+    device: torch.device, repeats: int, grids: Sequence[tuple[str, int, int, int, tuple[int, int]]] = GRIDS
+) -> list[dict[str, object]]:
     """Per grid and frame size: both methods' ms per batch (wall, CPU) and the batched / per-clip ratio of wall-clock."""
     rows = []
     for name, clips, frames, crop, scales in grids:

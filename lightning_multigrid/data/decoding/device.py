@@ -175,15 +175,18 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
 
     The resize is :func:`resize_crop_flip_per_clip`'s, antialiased bilinear (torch's weights), written
     as two matrix products per clip: ``rows @ frames @ columns.T``, where ``rows`` (``S x H``) and
-    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only (the
-    flip is the columns' order reversed). A clip's frames share one size and one geometry, so the
+    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only (a
+    flip is the columns in reverse order). A clip's frames share one size and one geometry, so the
     weights are built once per clip, for the whole batch at once on the frames' device, in a fixed
-    number of tensor operations (:func:`batch_resize_weights`); then one batched product pair per
-    distinct frame size (one for a dataset of one aspect ratio) does the whole batch, whatever its
-    clips' scales. Host work per batch: the clips' parameters as one small tensor and one list of the
-    frames to stack, no tensor operation per clip or per frame. The pixels are the reference's up
-    to float rounding (at most 1 grey level apart; ``tests/test_data_device_decode.py`` checks small
-    and large crops and mixed frame sizes).
+    number of tensor operations (:func:`band_resize_weights`). Each output reads a few inputs only, so
+    the weights are kept as bands: the outputs in blocks of :data:`BLOCK`, each block with the inputs
+    it reads (``L``, a few more than ``BLOCK`` times the scale); the product then costs about ``L / H``
+    of a dense one. Per distinct frame size (one for a dataset of one aspect ratio): one gather of
+    the bands and one batched product per axis (on CPU in chunks of clips that stay in the caches,
+    :data:`CPU_CHUNK_BYTES`). Host work per batch: the clips' geometry as one small tensor and the
+    list of frames to stack; on a GPU no tensor operation per clip or per frame. The pixels are
+    the reference's up to float rounding (at most 1 grey level apart; ``tests/test_data_device_decode.py``
+    checks small and large crops and mixed frame sizes).
 
     Args:
         images: uint8 ``(3, H, W)`` frames on one device, clip after clip, each clip's distinct
@@ -200,79 +203,132 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     for i, start in enumerate(starts[:-1]):
         groups.setdefault((images[start].shape[-2], images[start].shape[-1]), []).append(i)
     grouped = [i for members in groups.values() for i in members]  # the clips, grouped by frame size
-    geometry = torch.tensor([_geometry(clips[i], images[starts[i]]) for i in grouped], dtype=torch.float64, device=device)
-    height, width = max(size[0] for size in groups), max(size[1] for size in groups)
-    rows = batch_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, height)  # (N, S, H max)
-    columns = batch_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, width, geometry[:, 6] > 0)
-    rows, columns = rows.float(), columns.float()
+    table = [_geometry(clips[i], images[starts[i]]) for i in grouped]
+    geometry = torch.tensor(table, dtype=torch.float64, device=device)
+    rows = band_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, _band(table, 0, 2))
+    columns = band_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, _band(table, 1, 3), geometry[:, 6] > 0)
     outputs, first = [], 0
     for (h, w), members in groups.items():
-        last = first + len(members)
-        # Frames in output order (a frame a clip repeats is stacked twice): (n, T, 3, h, w) -> (n, h, T * 3 * w).
-        frames = torch.stack([images[starts[i] + k] for i in members for k in clips[i].order])
-        frames = frames.view(len(members), num_frames, 3, h, w).permute(0, 3, 1, 2, 4)
-        frames = frames.to(torch.float32, memory_format=torch.contiguous_format).view(len(members), h, -1)
-        resized = torch.bmm(rows[first:last, :, :h], frames)  # (n, S, T * 3 * w)
-        resized = torch.bmm(resized.view(len(members), -1, w), columns[first:last, :, :w].transpose(1, 2))
-        resized = resized.view(len(members), crop, num_frames, 3, crop).permute(0, 3, 2, 1, 4)  # (n, 3, T, S, S)
-        out = torch.empty(resized.shape, dtype=torch.uint8, device=device)
-        outputs.append(out.copy_(resized.round_().clamp_(0, 255)))  # rounded first: the copy truncates
-        first = last
+        size = _chunk_size(len(members), rows.inputs.shape[1:], num_frames * 3 * w, device)
+        for chunk in range(0, len(members), size):
+            part = members[chunk : chunk + size]
+            rows_part = BandWeights(*(t[first : first + len(part)] for t in rows))
+            columns_part = BandWeights(*(t[first : first + len(part)] for t in columns))
+            first += len(part)
+            # Frames in output order (a frame a clip repeats is stacked twice): (n, T, 3, h, w).
+            frames = torch.stack([images[starts[i] + k] for i in part for k in clips[i].order])
+            outputs.append(_resize_clips(frames.view(len(part), num_frames, 3, h, w), rows_part, columns_part, crop))
     if len(outputs) == 1:
         return outputs[0]
     position = {clip: k for k, clip in enumerate(grouped)}
     return torch.cat(outputs)[torch.tensor([position[i] for i in range(len(clips))], device=device)]
 
 
-def _geometry(clip: EncodedClip, frame: torch.Tensor) -> tuple[int, ...]:
-    """One clip's resize geometry, a row of :func:`crop_resize_flip`'s table: frame size, resized size, crop corner, flip."""
+# Outputs per band of resize weights: larger blocks read fewer inputs twice (the band's overlap with
+# the next, about twice the filter's support) but multiply more zeros (a block of B outputs reads about
+# B x scale inputs, each output only 2 x support of them). 8 is best on CPU at the coarsest grid.
+BLOCK = 8
+
+
+class BandWeights(NamedTuple):
+    """Resize weights as bands: ``weights`` ``(N, blocks, BLOCK, L)`` float32 apply to the inputs
+    ``inputs`` ``(N, blocks, L)`` (int64, each inside its frame) of each block of outputs."""
+
+    weights: torch.Tensor
+    inputs: torch.Tensor
+
+
+def _geometry(clip: EncodedClip, frame: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
+    """One clip's row of :func:`crop_resize_flip`'s table: frame size, resized size, crop corner, flip."""
     p = clip.params
     return frame.shape[-2], frame.shape[-1], p.resize_height, p.resize_width, p.crop_y, p.crop_x, int(p.flip)
 
 
-def batch_resize_weights(
-    in_size: torch.Tensor,
-    out_size: torch.Tensor,
-    start: torch.Tensor,
-    count: int,
-    length: int,
-    reverse: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """The weights of torch's antialiased bilinear resizes ``in_size -> out_size``, outputs ``start .. start+count-1``.
+def _band(table: Sequence[tuple[int, ...]], in_column: int, out_column: int) -> int:
+    """Inputs a block of :data:`BLOCK` outputs reads at most, over the batch (host arithmetic on the table)."""
+    scale = max(row[in_column] / row[out_column] for row in table)
+    # Centers span (BLOCK - 1) x scale; each window reaches support (>= 1) to both sides, +1 for the
+    # floors, +1 for float rounding.
+    return min(int((BLOCK - 1) * scale + 2 * max(scale, 1.0)) + 2, max(row[in_column] for row in table))
+
+
+def band_resize_weights(
+    in_size: torch.Tensor, out_size: torch.Tensor, start: torch.Tensor, count: int, band: int, reverse: torch.Tensor | None = None
+) -> BandWeights:
+    """The weights of torch's antialiased bilinear resizes ``in_size -> out_size``, outputs ``start .. start+count-1``, as bands.
 
     ``F.interpolate(mode="bilinear", antialias=True, align_corners=False)`` along one axis: output
     ``i`` is centred on input ``scale * (i + 0.5)`` and averages the inputs within ``support`` of it with
     a triangle filter stretched by ``scale`` when shrinking (the antialiasing), normalised to sum 1.
     A batch of such resizes (one per clip) at once, on the tensors' device, in a fixed number of
-    tensor operations whatever ``N``.
+    tensor operations whatever ``N``; outputs in blocks of :data:`BLOCK`, each block's weights over
+    the ``band`` inputs from its first.
 
     Args:
-        in_size: ``(N,)`` input sizes (pixels along the axis), each at most ``length``.
+        in_size: ``(N,)`` float64 input sizes (pixels along the axis).
         out_size: ``(N,)`` sizes after the resize.
         start: ``(N,)`` the first output kept (the crop's edge).
-        count: outputs kept from each (the crop's side).
-        length: the inputs' length the weights span (the largest ``in_size``); inputs at or past a
-            row's own ``in_size`` weigh 0, so a shorter input may be zero-padded or its weights sliced.
+        count: outputs kept from each (the crop's side); the last block's outputs past it repeat the
+            last one (computed, then dropped).
+        band: inputs per block (:func:`_band`: enough for the batch's largest scale).
         reverse: ``(N,)`` bools: the kept outputs in reverse order (a horizontal flip).
 
     Returns:
-        float64 ``(N, count, length)``, each row summing to 1.
+        :class:`BandWeights`, each block's rows summing to 1.
     """
     scale = in_size / out_size
-    shrink = scale >= 1
-    support = torch.where(shrink, scale, 1.0)[:, None]  # (N, 1)
-    stretch = torch.where(shrink, 1 / scale, 1.0)[:, None, None]  # (N, 1, 1)
-    outputs = torch.arange(count, dtype=scale.dtype, device=scale.device)
+    support = torch.where(scale >= 1, scale, 1.0)[:, None, None]  # (N, 1, 1)
+    stretch = torch.where(scale >= 1, 1 / scale, 1.0)[:, None, None, None]  # (N, 1, 1, 1)
+    blocks = -(-count // BLOCK)
+    outputs = torch.arange(blocks * BLOCK, dtype=scale.dtype, device=scale.device).clamp_(max=count - 1).view(blocks, BLOCK)
     if reverse is not None:
-        outputs = torch.where(reverse[:, None], count - 1 - outputs, outputs)
-    centers = scale[:, None] * (start[:, None] + outputs + 0.5)  # (N, count)
-    inputs = torch.arange(length, dtype=scale.dtype, device=scale.device)
-    weights = (1 - ((inputs - centers[..., None] + 0.5) * stretch).abs()).clamp_(min=0)  # (N, count, length)
+        outputs = torch.where(reverse[:, None, None], count - 1 - outputs, outputs)  # (N or 1, blocks, BLOCK)
+    centers = scale[:, None, None] * (start[:, None, None] + outputs + 0.5)  # (N, blocks, BLOCK)
     # torch's window: inputs int(center - support + 0.5) .. int(center + support + 0.5) - 1, inside the frame
-    low = (centers - support + 0.5).floor()
-    high = torch.minimum((centers + support + 0.5).floor(), in_size[:, None])
-    weights *= (inputs >= low[..., None]) & (inputs < high[..., None])
-    return weights / weights.sum(-1, keepdim=True)
+    low = (centers - support + 0.5).floor().clamp_(min=0)
+    high = torch.minimum((centers + support + 0.5).floor(), in_size[:, None, None])
+    first = torch.minimum(low.amin(-1), (in_size[:, None] - band).clamp_(min=0))  # (N, blocks): the band's first input
+    inputs = first[..., None] + torch.arange(band, dtype=scale.dtype, device=scale.device)  # (N, blocks, band)
+    distance = inputs[:, :, None, :] - centers[..., None] + 0.5  # (N, blocks, BLOCK, band)
+    weights = (1 - (distance * stretch).abs()).clamp_(min=0)
+    weights *= (inputs[:, :, None, :] >= low[..., None]) & (inputs[:, :, None, :] < high[..., None])
+    weights /= weights.sum(-1, keepdim=True)
+    inside = torch.minimum(inputs, in_size[:, None, None] - 1).long()  # past a short frame's end: weight 0, read its last input
+    return BandWeights(weights.float(), inside)
+
+
+# On CPU, clips are resized in chunks whose gathered rows take about this many bytes (float32): a
+# whole coarsest batch's (100-200 MB) leaves the caches, and each such allocation is fresh memory
+# from the OS (page faults), which made the batch 2-3x slower than the per-clip resize.
+CPU_CHUNK_BYTES = 2 << 20
+
+
+def _chunk_size(clips: int, band_shape: torch.Size, row_length: int, device: torch.device) -> int:
+    """Clips resized together: all of them on an accelerator; on CPU as many as fit :data:`CPU_CHUNK_BYTES`."""
+    if device.type != "cpu":
+        return clips
+    blocks, band = band_shape
+    return max(1, min(clips, CPU_CHUNK_BYTES // (blocks * band * row_length * 4)))
+
+
+def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights, crop: int) -> torch.Tensor:
+    """uint8 ``(n, T, 3, h, w)`` clips resized, cropped and flipped to uint8 ``(n, 3, T, S, S)``."""
+    n, num_frames, _, h, w = frames.shape
+    blocks, band = rows.inputs.shape[1:]
+    # Rows: every (clip, block, band input, frame, channel) row of w pixels gathered at once, uint8.
+    planes = torch.arange(n * num_frames * 3, device=frames.device).view(n, 1, 1, num_frames * 3) * h
+    index = (planes + rows.inputs[..., None]).view(-1)  # (n * blocks * band * T * 3,)
+    gathered = frames.view(-1, w).index_select(0, index).view(n * blocks, band, -1).float()
+    resized = torch.bmm(rows.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, T * 3 * w)
+    resized = resized.view(n, blocks * BLOCK, num_frames * 3, w)[:, :crop]  # (n, S_y, T * 3, w)
+    # Columns: the same along x, on the rows' result turned x-first.
+    turned = resized.permute(0, 3, 1, 2).reshape(n * w, -1)  # (n * w, S_y * T * 3)
+    index = (torch.arange(n, device=frames.device).view(n, 1, 1) * w + columns.inputs).view(-1)
+    gathered = turned.index_select(0, index).view(n * blocks, band, -1)
+    resized = torch.bmm(columns.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, S_y * T * 3)
+    resized = resized.view(n, blocks * BLOCK, crop, num_frames, 3)[:, :crop].permute(0, 4, 3, 2, 1)  # (n, 3, T, S_y, S_x)
+    out = torch.empty(resized.shape, dtype=torch.uint8, device=frames.device)
+    return out.copy_(resized.round_().clamp_(0, 255))  # rounded first: the copy truncates
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
