@@ -203,7 +203,7 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     for i, start in enumerate(starts[:-1]):
         groups.setdefault((images[start].shape[-2], images[start].shape[-1]), []).append(i)
     grouped = [i for members in groups.values() for i in members]  # the clips, grouped by frame size
-    table = [_geometry(clips[i], images[starts[i]]) for i in grouped]
+    table = [(*_geometry(clips[i], images[starts[i]]), i) for i in grouped]
     geometry = torch.tensor(table, dtype=torch.float64, device=device)
     rows = band_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, _band(table, 0, 2))
     columns = band_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, _band(table, 1, 3), geometry[:, 6] > 0)
@@ -220,8 +220,9 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
             outputs.append(_resize_clips(frames.view(len(part), num_frames, 3, h, w), rows_part, columns_part, crop))
     if len(outputs) == 1:
         return outputs[0]
-    position = {clip: k for k, clip in enumerate(grouped)}
-    return torch.cat(outputs)[torch.tensor([position[i] for i in range(len(clips))], device=device)]
+    # Back to batch order, by the table's own column of clip numbers: no second copy from the host.
+    joined = torch.cat(outputs)
+    return torch.empty_like(joined).index_copy_(0, geometry[:, 7].long(), joined)
 
 
 # Outputs per band of resize weights: larger blocks read fewer inputs twice (the band's overlap with
@@ -239,7 +240,8 @@ class BandWeights(NamedTuple):
 
 
 def _geometry(clip: EncodedClip, frame: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
-    """One clip's row of :func:`crop_resize_flip`'s table: frame size, resized size, crop corner, flip."""
+    """One clip's row of :func:`crop_resize_flip`'s table (before its number in the batch): frame
+    size, resized size, crop corner, flip."""
     p = clip.params
     return frame.shape[-2], frame.shape[-1], p.resize_height, p.resize_width, p.crop_y, p.crop_x, int(p.flip)
 
@@ -392,6 +394,13 @@ def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[
     import warnings
 
     from torchvision.io import ImageReadMode, decode_jpeg
+
+    if device.type == "cuda":
+        # torchvision's nvjpeg writes the frames on a stream of its own into memory the caching
+        # allocator hands out for the current stream, where kernels still queued may read it (the
+        # last batch's crop-resize, its blocks freed when it returned): wait for them first.
+        # (torchcodec decodes on the current stream itself.)
+        torch.cuda.current_stream(device).synchronize()
 
     with warnings.catch_warnings():
         # torchvision 0.29 deprecates its image decoding; this is the fallback without torchcodec.
