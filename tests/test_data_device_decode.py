@@ -195,14 +195,23 @@ def random_clips(
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 1 << 40])  # clip by clip / the whole batch at once (as on a GPU)
-def test_a_large_batch_of_mixed_sizes_matches_the_per_clip_resize(monkeypatch: pytest.MonkeyPatch, chunk_bytes: int) -> None:
-    """A coarse-grid-like batch (48 clips, three frame sizes, upscaled and shrunk, flips, repeated frames)
-    against the reference, resized in CPU chunks of one clip and in one piece."""
+@pytest.mark.parametrize(
+    ("crop", "scales", "sizes"),
+    [
+        (56, (60, 90), [(106, 80), (80, 106), (212, 160)]),  # upscaled and shrunk
+        (8, (8, 12), [(30, 12), (24, 12)]),  # frames shorter than a band: rows and columns read bands of different lengths
+    ],
+)
+def test_a_large_batch_of_mixed_sizes_matches_the_per_clip_resize(
+    monkeypatch: pytest.MonkeyPatch, chunk_bytes: int, crop: int, scales: tuple[int, int], sizes: list[tuple[int, int]]
+) -> None:
+    """A coarse-grid-like batch (48 clips, three frame sizes, flips, repeated frames) against the
+    reference, resized in CPU chunks of one clip and in one piece."""
     monkeypatch.setattr(device_decode, "CPU_CHUNK_BYTES", chunk_bytes)
-    images, clips = random_clips(48, 4, 56, (60, 90), [(106, 80), (80, 106), (212, 160)])
+    images, clips = random_clips(48, 4, crop, scales, sizes)
     batched = device_decode.crop_resize_flip(images, clips)
     reference = device_decode.crop_resize_flip_per_clip(images, clips)
-    assert batched.shape == reference.shape == (48, 3, 4, 56, 56)
+    assert batched.shape == reference.shape == (48, 3, 4, crop, crop)
     difference = (batched.float() - reference.float()).abs()
     assert difference.max() <= 1 and difference.mean() <= 0.01, (difference.max(), difference.mean())
 

@@ -316,7 +316,7 @@ def _chunk_size(clips: int, band_shape: torch.Size, row_length: int, device: tor
 def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights, crop: int) -> torch.Tensor:
     """uint8 ``(n, T, 3, h, w)`` clips resized, cropped and flipped to uint8 ``(n, 3, T, S, S)``."""
     n, num_frames, _, h, w = frames.shape
-    blocks, band = rows.inputs.shape[1:]
+    blocks, band = rows.inputs.shape[1:]  # the columns' band may be longer or shorter: read below
     # Rows: every (clip, block, band input, frame, channel) row of w pixels gathered at once, uint8.
     planes = torch.arange(n * num_frames * 3, device=frames.device).view(n, 1, 1, num_frames * 3) * h
     index = (planes + rows.inputs[..., None]).view(-1)  # (n * blocks * band * T * 3,)
@@ -326,6 +326,7 @@ def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights,
     # Columns: the same along x, on the rows' result turned x-first.
     turned = resized.permute(0, 3, 1, 2).reshape(n * w, -1)  # (n * w, S_y * T * 3)
     index = (torch.arange(n, device=frames.device).view(n, 1, 1) * w + columns.inputs).view(-1)
+    band = columns.inputs.shape[2]
     gathered = turned.index_select(0, index).view(n * blocks, band, -1)
     resized = torch.bmm(columns.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, S_y * T * 3)
     resized = resized.view(n, blocks * BLOCK, crop, num_frames, 3)[:, :crop].permute(0, 4, 3, 2, 1)  # (n, 3, T, S_y, S_x)
