@@ -249,3 +249,16 @@ def test_the_batch_is_resized_in_a_fixed_number_of_operations(monkeypatch: pytes
         reference = count_ops(lambda: device_decode.crop_resize_flip_per_clip(images, clips))  # noqa: B023
     assert counts[4] == counts[64], counts
     assert counts[64][1] * 4 < reference, (counts, reference)  # the reference's grow with the clips
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_batched_resize_on_the_gpu_matches_the_per_clip_resize() -> None:
+    """On CUDA the whole batch goes in one piece (no CPU chunks): a coarsest-like batch of mixed sizes."""
+    images, clips = random_clips(128, 4, 56, (64, 80), [(212, 160), (106, 80), (160, 212)])
+    images = [image.cuda() for image in images]
+    batched = device_decode.crop_resize_flip(images, clips)
+    reference = device_decode.crop_resize_flip_per_clip(images, clips)
+    assert batched.device.type == "cuda" and batched.shape == reference.shape == (128, 3, 4, 56, 56)
+    difference = (batched.float() - reference.float()).abs()
+    assert difference.max() <= 1 and difference.mean() <= 0.01, (difference.max(), difference.mean())

@@ -91,6 +91,24 @@ def test_decoding_ahead_gives_the_serial_batches_in_order_from_a_thread(
     assert not decode_threads()  # the epoch's batches used up: the thread ended
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_decoding_ahead_on_a_side_stream_gives_the_serial_batches(tmp_path: Path, frames: FrameFactory) -> None:
+    """On CUDA: decoded on the side stream in the thread, handed over with a stream wait, the batches are
+    the serial path's, also when the training stream is busy while the next ones decode."""
+    manifest = frame_dataset(tmp_path, frames)
+    videos = [[0, 1], [2, 0], [1, 1], [2, 2], [0, 2]] * 4
+    transfer, cuda = BatchTransfer(), torch.device("cuda")
+    serial = host_batches(manifest, videos)
+    for batch in serial:
+        transfer.decode(batch, cuda)
+    busy = torch.randn(2048, 2048, device=cuda)
+    for batch, expected in zip(DecodeAhead(transfer.decode, cuda, 2).iterate(host_batches(manifest, videos)), serial):
+        for _ in range(4):
+            busy = busy @ busy / 2048  # queue work on the training stream, as a step does
+        assert torch.equal(batch["video"], expected["video"]) and torch.equal(batch["label"], expected["label"])
+
+
 def _eventually(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
     """Whether ``condition`` holds within ``seconds`` (polled): for what another thread does on its own."""
     deadline = time.monotonic() + seconds
