@@ -7,10 +7,11 @@ run reached 0.979 from the same seed. Here, on CPU, the same tiny model (`VideoC
 (``frame_decode="workers"``), the training device decodes them (``frame_decode="device"``, here
 the CPU: libjpeg and the batched crop-resize) between steps (``decode_ahead=0``) and in the
 decode-ahead thread (``decode_ahead=1``). Every run starts from the same seed (model, clips); the runs
-of one seed differ only in who decodes. Validation once after training (multi-view at the base shape,
-precise BN), as `benchmarks/train.py` does.
+of one seed differ only in who decodes. The settings are the README demo's (`configs/demo.yaml`: 240
+videos with a 12-px texture, base 8 x 8 x 64, 40 baseline epochs, multigrid 60); validation once after
+training (at the base shape, precise BN), as `benchmarks/train.py` does.
 
-    python benchmarks/decode_paths.py                     # 3 seeds x 3 paths; about 15 minutes on 2 CPU cores
+    python benchmarks/decode_paths.py                     # 3 seeds x 3 paths; about 10 minutes on 2 idle CPU cores
     python benchmarks/decode_paths.py --seeds 0 --epochs 4 --num-train 32   # a quick look
 
 Prints each run's top-1, iterations and seconds, then per path the mean top-1 over the seeds and its
@@ -43,17 +44,18 @@ PATHS = (("workers", "workers", 1), ("device", "device", 0), ("device, ahead", "
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--epochs", type=int, default=12, help="baseline epochs (multigrid trains 1.5x as many)")
-    parser.add_argument("--milestones", type=int, nargs="*", default=[8, 10], help="baseline LR milestones")
+    parser.add_argument("--epochs", type=int, default=40, help="baseline epochs (multigrid trains 1.5x as many)")
+    parser.add_argument("--milestones", type=int, nargs="*", default=[30, 36], help="baseline LR milestones")
     parser.add_argument("--lr", type=float, default=0.0125)
-    parser.add_argument("--warmup-epochs", type=int, default=2)
+    parser.add_argument("--warmup-epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--num-frames", type=int, default=8)
     parser.add_argument("--crop-size", type=int, default=64)
     parser.add_argument("--sampling-rate", type=int, default=2)
     parser.add_argument("--width", type=int, default=8, help="channels of the tiny CNN's stem")
-    parser.add_argument("--num-train", type=int, default=96)
-    parser.add_argument("--num-val", type=int, default=32)
+    parser.add_argument("--num-train", type=int, default=240)
+    parser.add_argument("--num-val", type=int, default=60)
+    parser.add_argument("--texture-cell", type=int, default=12, help="the synthetic checkerboard's cell in pixels")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--data", type=Path, help="synthetic dataset folder (generated and packed there if empty)")
     return parser.parse_args()
@@ -63,7 +65,7 @@ def fit(args: argparse.Namespace, data: Path, seed: int, frame_decode: str, deco
     """One multigrid run on CPU; returns its top-1 after training, iterations and training seconds."""
     pl.seed_everything(seed, verbose=False)
     datamodule = MultigridVideoDataModule(
-        synthetic=SyntheticData(str(data), size=(args.num_train, args.num_val), format="store"),
+        synthetic=SyntheticData(str(data), size=(args.num_train, args.num_val), texture_cell=args.texture_cell, format="store"),
         reader_settings=ReaderSettings(frame_decode=frame_decode),  # type: ignore[arg-type]
         decode_ahead=decode_ahead,
         batch_size=args.batch_size, num_frames=args.num_frames, crop_size=args.crop_size,
@@ -71,12 +73,12 @@ def fit(args: argparse.Namespace, data: Path, seed: int, frame_decode: str, deco
     )
     model = VideoClassifier(
         num_classes=4, backbone="tiny", tiny_width=args.width, lr=args.lr, nesterov=False,
-        milestones=args.milestones, warmup_epochs=args.warmup_epochs, dropout_rate=0.0,
+        weight_decay=1e-4, milestones=args.milestones, warmup_epochs=args.warmup_epochs, dropout_rate=0.0,
     )
     trainer = pl.Trainer(
         max_epochs=args.epochs, accelerator="cpu", devices=1, limit_val_batches=0, num_sanity_val_steps=0,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[MultigridCallback(precise_bn_batches=20)],
+        callbacks=[MultigridCallback(precise_bn_batches=10)],
     )
     started = time.perf_counter()
     trainer.fit(model, datamodule=datamodule)
