@@ -207,22 +207,23 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     geometry = torch.tensor(table, dtype=torch.float64, device=device)
     rows = band_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, _band(table, 0, 2))
     columns = band_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, _band(table, 1, 3), geometry[:, 6] > 0)
-    outputs, first = [], 0
+    video = torch.empty((len(clips), 3, num_frames, crop, crop), dtype=torch.uint8, device=device)
+    first = 0
     for (h, w), members in groups.items():
         size = _chunk_size(len(members), rows.inputs.shape[1:], num_frames * 3 * w, device)
         for chunk in range(0, len(members), size):
             part = members[chunk : chunk + size]
             rows_part = BandWeights(*(t[first : first + len(part)] for t in rows))
             columns_part = BandWeights(*(t[first : first + len(part)] for t in columns))
-            first += len(part)
             # Frames in output order (a frame a clip repeats is stacked twice): (n, T, 3, h, w).
             frames = torch.stack([images[starts[i] + k] for i in part for k in clips[i].order])
-            outputs.append(_resize_clips(frames.view(len(part), num_frames, 3, h, w), rows_part, columns_part, crop))
-    if len(outputs) == 1:
-        return outputs[0]
-    # Back to batch order, by the table's own column of clip numbers: no second copy from the host.
-    joined = torch.cat(outputs)
-    return torch.empty_like(joined).index_copy_(0, geometry[:, 7].long(), joined)
+            resized = _resize_clips(frames.view(len(part), num_frames, 3, h, w), rows_part, columns_part, crop)
+            if part[-1] - part[0] == len(part) - 1:  # consecutive clips of the batch (one frame size: all)
+                video[part[0] : part[-1] + 1].copy_(resized)  # the float is rounded: the copy truncates exactly
+            else:  # by the table's own column of clip numbers: no second copy from the host
+                video.index_copy_(0, geometry[first : first + len(part), 7].long(), resized.to(torch.uint8))
+            first += len(part)
+    return video
 
 
 # Outputs per band of resize weights: larger blocks read fewer inputs twice (the band's overlap with
@@ -314,7 +315,8 @@ def _chunk_size(clips: int, band_shape: torch.Size, row_length: int, device: tor
 
 
 def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights, crop: int) -> torch.Tensor:
-    """uint8 ``(n, T, 3, h, w)`` clips resized, cropped and flipped to uint8 ``(n, 3, T, S, S)``."""
+    """uint8 ``(n, T, 3, h, w)`` clips resized, cropped and flipped: float ``(n, 3, T, S, S)`` (a view),
+    rounded and clamped to 0-255."""
     n, num_frames, _, h, w = frames.shape
     blocks, band = rows.inputs.shape[1:]  # the columns' band may be longer or shorter: read below
     # Rows: every (clip, block, band input, frame, channel) row of w pixels gathered at once, uint8.
@@ -330,8 +332,7 @@ def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights,
     gathered = turned.index_select(0, index).view(n * blocks, band, -1)
     resized = torch.bmm(columns.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, S_y * T * 3)
     resized = resized.view(n, blocks * BLOCK, crop, num_frames, 3)[:, :crop].permute(0, 4, 3, 2, 1)  # (n, 3, T, S_y, S_x)
-    out = torch.empty(resized.shape, dtype=torch.uint8, device=frames.device)
-    return out.copy_(resized.round_().clamp_(0, 255))  # rounded first: the copy truncates
+    return resized.round_().clamp_(0, 255)
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
