@@ -69,7 +69,7 @@ def fit(args: argparse.Namespace, data: Path, seed: int, frame_decode: str, deco
         reader_settings=ReaderSettings(frame_decode=frame_decode),  # type: ignore[arg-type]
         decode_ahead=decode_ahead,
         batch_size=args.batch_size, num_frames=args.num_frames, crop_size=args.crop_size,
-        sampling_rate=args.sampling_rate, num_workers=args.workers, flip=True, seed=seed,
+        sampling_rate=args.sampling_rate, num_workers=args.workers, seed=seed,  # no flips: labels hold left/right motion
     )
     model = VideoClassifier(
         num_classes=4, backbone="tiny", tiny_width=args.width, lr=args.lr, nesterov=False,
