@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.utils._python_dispatch
 from PIL import Image, ImageOps
 
 from lightning_multigrid.data.clip_params import ClipRequest
@@ -167,3 +168,97 @@ def test_batched_crop_resize_matches_the_per_clip_resize(
     assert difference.max() <= 1, difference.max()
     assert difference.mean() <= 0.01, difference.mean()
     assert torch.equal(decode_clips(clips, "cpu"), batched)  # what decoding uses
+
+
+def random_clips(
+    num_clips: int, num_frames: int, crop: int, scales: tuple[int, int], sizes: list[tuple[int, int]], seed: int = 0
+) -> tuple[list[torch.Tensor], list[EncodedClip]]:
+    """Decoded frames (random texture, sizes cycling over ``sizes`` as (width, height)) and clips drawn as
+    training draws them: short side in ``scales``, any crop corner, flips; some clips repeat a frame."""
+    from lightning_multigrid.data.clip_params import ClipParams
+
+    rng = np.random.default_rng(seed)
+    images, clips = [], []
+    for i in range(num_clips):
+        width, height = sizes[i % len(sizes)]
+        short = int(rng.integers(scales[0], scales[1] + 1))
+        resize_w, resize_h = (round(width * short / height), short) if width >= height else (short, round(height * short / width))
+        distinct = num_frames - int(rng.integers(0, 2))  # a clip past its video's end repeats its last frame
+        order = tuple(min(k, distinct - 1) for k in range(num_frames))
+        params = ClipParams(
+            order, resize_w, resize_h, int(rng.integers(0, resize_w - crop + 1)), int(rng.integers(0, resize_h - crop + 1)),
+            crop, bool(rng.integers(0, 2)),
+        )
+        images.extend(torch.from_numpy(rng.integers(0, 256, (3, height, width), dtype=np.uint8)) for _ in range(distinct))
+        clips.append(EncodedClip([bytearray() for _ in range(distinct)], order, params))
+    return images, clips
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 1 << 40])  # clip by clip / the whole batch at once (as on a GPU)
+@pytest.mark.parametrize(
+    ("crop", "scales", "sizes"),
+    [
+        (56, (60, 90), [(106, 80), (80, 106), (212, 160)]),  # upscaled and shrunk
+        (8, (8, 12), [(30, 12), (24, 12)]),  # frames shorter than a band: rows and columns read bands of different lengths
+    ],
+)
+def test_a_large_batch_of_mixed_sizes_matches_the_per_clip_resize(
+    monkeypatch: pytest.MonkeyPatch, chunk_bytes: int, crop: int, scales: tuple[int, int], sizes: list[tuple[int, int]]
+) -> None:
+    """A coarse-grid-like batch (48 clips, three frame sizes, flips, repeated frames) against the
+    reference, resized in CPU chunks of one clip and in one piece."""
+    monkeypatch.setattr(device_decode, "CPU_CHUNK_BYTES", chunk_bytes)
+    images, clips = random_clips(48, 4, crop, scales, sizes)
+    batched = device_decode.crop_resize_flip(images, clips)
+    reference = device_decode.crop_resize_flip_per_clip(images, clips)
+    assert batched.shape == reference.shape == (48, 3, 4, crop, crop)
+    difference = (batched.float() - reference.float()).abs()
+    assert difference.max() <= 1 and difference.mean() <= 0.01, (difference.max(), difference.mean())
+
+
+class OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the aten operations run inside it (each a kernel launch on a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(function: Callable[[], object]) -> int:
+    with OpCounter() as counter:
+        function()
+    return counter.count
+
+
+def test_the_batch_is_resized_in_a_fixed_number_of_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resize weights of a whole batch, and (on one piece, as on a GPU) the whole crop-resize-flip,
+    take as many tensor operations for 4 clips as for 64: nothing runs per clip or per frame."""
+    monkeypatch.setattr(device_decode, "CPU_CHUNK_BYTES", 1 << 40)
+    counts = {}
+    for num_clips in (4, 64):
+        images, clips = random_clips(num_clips, 4, 32, (36, 48), [(64, 48)], seed=num_clips)
+        table = torch.tensor([(48, 64, c.params.resize_height, c.params.resize_width, c.params.crop_y, c.params.crop_x,
+                               int(c.params.flip)) for c in clips], dtype=torch.float64)
+        weights = count_ops(lambda: device_decode.band_resize_weights(table[:, 1], table[:, 3], table[:, 5], 32, 20, table[:, 6] > 0))  # noqa: B023
+        whole = count_ops(lambda: device_decode.crop_resize_flip(images, clips))  # noqa: B023
+        counts[num_clips] = (weights, whole)
+        reference = count_ops(lambda: device_decode.crop_resize_flip_per_clip(images, clips))  # noqa: B023
+    assert counts[4] == counts[64], counts
+    assert counts[64][1] * 4 < reference, (counts, reference)  # the reference's grow with the clips
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_batched_resize_on_the_gpu_matches_the_per_clip_resize() -> None:
+    """On CUDA the whole batch goes in one piece (no CPU chunks): a coarsest-like batch of mixed sizes."""
+    images, clips = random_clips(128, 4, 56, (64, 80), [(212, 160), (106, 80), (160, 212)])
+    images = [image.cuda() for image in images]
+    batched = device_decode.crop_resize_flip(images, clips)
+    reference = device_decode.crop_resize_flip_per_clip(images, clips)
+    assert batched.device.type == "cuda" and batched.shape == reference.shape == (128, 3, 4, 56, 56)
+    difference = (batched.float() - reference.float()).abs()
+    assert difference.max() <= 1 and difference.mean() <= 0.01, (difference.max(), difference.mean())

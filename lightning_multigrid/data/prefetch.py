@@ -6,14 +6,19 @@ coarse grid's batch holds 4x the frames of a base batch, so there the decode, no
 the pace. :class:`DecodeAhead` moves it off the critical path: one background thread decodes the
 batches after the one being trained on, on its own CUDA stream, so the JPEG engine and the
 crop-resize run while the training thread queues the step's kernels. torchcodec's
-``decode_jpeg`` is a ``torch.ops`` call, which releases the GIL, and it synchronises only the
-stream it decodes on, so the training thread is not held up.
+``decode_jpeg`` is a ``torch.ops`` call, which releases the GIL; it decodes on the calling thread's
+current stream (the side stream here) and synchronises only that stream, so the training thread is
+not held up. The thread's host work per batch is a fixed number of tensor operations (the batched
+crop-resize builds the whole batch's resize weights at once), not a dozen per frame, which held the
+GIL the training thread needs to launch its kernels.
 
 Only the decode runs in the thread. The training thread still pulls the host batches from the
 DataLoader (so its iterator, its workers and Lightning's shutdown of them stay in one thread), hands
-each to the thread and takes back a decoded one, waiting on its CUDA event and marking its tensors
-as used by the training stream (``record_stream``) so the allocator does not recycle them while
-the step still reads them. A failure in the thread (a strict run's bad frame) is raised in the
+each to the thread and takes back a decoded one, its training stream waiting on the batch's CUDA
+event (recorded on the side stream after the last kernel that writes it) and its tensors marked as
+used by the training stream (``record_stream``) so the allocator does not recycle them while the
+step still reads them. Labels and indices stay host tensors until Lightning's transfer, and follow a
+replaced clip before it (``BatchTransfer.decode``). A failure in the thread (a strict run's bad frame) is raised in the
 training thread at the batch it belongs to; a bad frame otherwise is replaced and counted exactly as
 in the serial path (the same ``decode`` runs). Without CUDA the same code runs on the CPU, without
 streams, which is how it is tested.

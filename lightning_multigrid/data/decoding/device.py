@@ -24,6 +24,7 @@ good clips of the same batch (counted and logged as the workers count and log a 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -173,71 +174,165 @@ def crop_resize_flip(images: Sequence[torch.Tensor], clips: Sequence[EncodedClip
     """Resize, crop and flip every decoded frame of a batch at once, and put the frames in clip order.
 
     The resize is :func:`resize_crop_flip_per_clip`'s, antialiased bilinear (torch's weights), written
-    as two matrix products per frame: ``rows @ frame @ columns.T``, where ``rows`` (``S x H``) and
-    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only. So
-    one batched product per distinct frame size (one for a dataset of one aspect ratio) does the
-    whole batch, whatever its clips' scales, and gives the reference's pixels up to float rounding
-    (at most 1 grey level apart; ``tests/test_data_device_decode.py`` checks small and large crops).
-    Then one flip and one gather for the whole batch.
+    as two matrix products per clip: ``rows @ frames @ columns.T``, where ``rows`` (``S x H``) and
+    ``columns`` (``S x W``) hold the resize weights of the crop's output rows and columns only (a
+    flip is the columns in reverse order). A clip's frames share one size and one geometry, so the
+    weights are built once per clip, for the whole batch at once on the frames' device, in a fixed
+    number of tensor operations (:func:`band_resize_weights`). Each output reads a few inputs only, so
+    the weights are kept as bands: the outputs in blocks of :data:`BLOCK`, each block with the inputs
+    it reads (``L``, a few more than ``BLOCK`` times the scale); the product then costs about ``L / H``
+    of a dense one. Per distinct frame size (one for a dataset of one aspect ratio): one gather of
+    the bands and one batched product per axis (on CPU in chunks of clips that stay in the caches,
+    :data:`CPU_CHUNK_BYTES`). Host work per batch: the clips' geometry as one small tensor and the
+    list of frames to stack; on a GPU no tensor operation per clip or per frame. The pixels are
+    the reference's up to float rounding (at most 1 grey level apart; ``tests/test_data_device_decode.py``
+    checks small and large crops and mixed frame sizes).
 
     Args:
         images: uint8 ``(3, H, W)`` frames on one device, clip after clip, each clip's distinct
-            frames (:attr:`EncodedClip.jpegs`) in order.
+            frames (:attr:`EncodedClip.jpegs`) in order; the frames of one clip share a size.
         clips: the clips the frames belong to; all share ``num_frames`` and ``crop_size``.
 
     Returns:
         uint8 ``(N, 3, T, crop_size, crop_size)`` on the frames' device.
     """
-    crop = clips[0].params.crop_size
+    crop, num_frames = clips[0].params.crop_size, len(clips[0].order)
     device = images[0].device
-    row_weights: list[torch.Tensor] = []
-    column_weights: list[torch.Tensor] = []
-    flips: list[bool] = []
-    order: list[int] = []
-    for clip in clips:
-        p = clip.params
-        offset = len(flips)
-        for image in images[offset : offset + len(clip.jpegs)]:
-            row_weights.append(resize_weights(image.shape[-2], p.resize_height, p.crop_y, crop))
-            column_weights.append(resize_weights(image.shape[-1], p.resize_width, p.crop_x, crop))
-            flips.append(p.flip)
-        order.extend(offset + k for k in clip.order)
-    out = torch.empty((len(images), 3, crop, crop), dtype=torch.float32, device=device)
-    by_size: dict[tuple[int, int], list[int]] = {}
-    for i, image in enumerate(images):
-        by_size.setdefault((image.shape[-2], image.shape[-1]), []).append(i)
-    for indices in by_size.values():
-        frames = torch.stack([images[i] for i in indices]).float()  # (n, 3, H, W)
-        rows = torch.stack([row_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, H)
-        columns = torch.stack([column_weights[i] for i in indices]).to(device)[:, None]  # (n, 1, S, W)
-        out[indices] = rows @ frames @ columns.transpose(-1, -2)
-    out = out.round_().clamp_(0, 255).to(torch.uint8)
-    flip = torch.tensor(flips, device=device)[:, None, None, None]
-    out = torch.where(flip, out.flip(-1), out)
-    frames_per_clip = len(clips[0].order)
-    index = torch.tensor(order, device=device)
-    return out[index].view(len(clips), frames_per_clip, 3, crop, crop).transpose(1, 2)  # (N, 3, T, S, S)
+    starts = list(itertools.accumulate((len(clip.jpegs) for clip in clips), initial=0))
+    groups: dict[tuple[int, int], list[int]] = {}  # frame size -> its clips, in batch order
+    for i, start in enumerate(starts[:-1]):
+        groups.setdefault((images[start].shape[-2], images[start].shape[-1]), []).append(i)
+    grouped = [i for members in groups.values() for i in members]  # the clips, grouped by frame size
+    table = [(*_geometry(clips[i], images[starts[i]]), i) for i in grouped]
+    geometry = torch.tensor(table, dtype=torch.float64, device=device)
+    rows = band_resize_weights(geometry[:, 0], geometry[:, 2], geometry[:, 4], crop, _band(table, 0, 2))
+    columns = band_resize_weights(geometry[:, 1], geometry[:, 3], geometry[:, 5], crop, _band(table, 1, 3), geometry[:, 6] > 0)
+    video = torch.empty((len(clips), 3, num_frames, crop, crop), dtype=torch.uint8, device=device)
+    first = 0
+    for (h, w), members in groups.items():
+        size = _chunk_size(len(members), rows.inputs.shape[1:], num_frames * 3 * w, device)
+        for chunk in range(0, len(members), size):
+            part = members[chunk : chunk + size]
+            rows_part = BandWeights(*(t[first : first + len(part)] for t in rows))
+            columns_part = BandWeights(*(t[first : first + len(part)] for t in columns))
+            # Frames in output order (a frame a clip repeats is stacked twice): (n, T, 3, h, w).
+            frames = torch.stack([images[starts[i] + k] for i in part for k in clips[i].order])
+            resized = _resize_clips(frames.view(len(part), num_frames, 3, h, w), rows_part, columns_part, crop)
+            if part[-1] - part[0] == len(part) - 1:  # consecutive clips of the batch (one frame size: all)
+                video[part[0] : part[-1] + 1].copy_(resized)  # the float is rounded: the copy truncates exactly
+            else:  # by the table's own column of clip numbers: no second copy from the host
+                video.index_copy_(0, geometry[first : first + len(part), 7].long(), resized.to(torch.uint8))
+            first += len(part)
+    return video
 
 
-def resize_weights(in_size: int, out_size: int, start: int, count: int) -> torch.Tensor:
-    """The weights of torch's antialiased bilinear resize ``in_size -> out_size`` for outputs ``start .. start+count-1``.
+# Outputs per band of resize weights: larger blocks read fewer inputs twice (the band's overlap with
+# the next, about twice the filter's support) but multiply more zeros (a block of B outputs reads about
+# B x scale inputs, each output only 2 x support of them). 8 is best on CPU at the coarsest grid.
+BLOCK = 8
+
+
+class BandWeights(NamedTuple):
+    """Resize weights as bands: ``weights`` ``(N, blocks, BLOCK, L)`` float32 apply to the inputs
+    ``inputs`` ``(N, blocks, L)`` (int64, each inside its frame) of each block of outputs."""
+
+    weights: torch.Tensor
+    inputs: torch.Tensor
+
+
+def _geometry(clip: EncodedClip, frame: torch.Tensor) -> tuple[int, int, int, int, int, int, int]:
+    """One clip's row of :func:`crop_resize_flip`'s table (before its number in the batch): frame
+    size, resized size, crop corner, flip."""
+    p = clip.params
+    return frame.shape[-2], frame.shape[-1], p.resize_height, p.resize_width, p.crop_y, p.crop_x, int(p.flip)
+
+
+def _band(table: Sequence[tuple[int, ...]], in_column: int, out_column: int) -> int:
+    """Inputs a block of :data:`BLOCK` outputs reads at most, over the batch (host arithmetic on the table)."""
+    scale = max(row[in_column] / row[out_column] for row in table)
+    # Centers span (BLOCK - 1) x scale; each window reaches support (>= 1) to both sides, +1 for the
+    # floors, +1 for float rounding.
+    return min(int((BLOCK - 1) * scale + 2 * max(scale, 1.0)) + 2, max(row[in_column] for row in table))
+
+
+def band_resize_weights(
+    in_size: torch.Tensor, out_size: torch.Tensor, start: torch.Tensor, count: int, band: int, reverse: torch.Tensor | None = None
+) -> BandWeights:
+    """The weights of torch's antialiased bilinear resizes ``in_size -> out_size``, outputs ``start .. start+count-1``, as bands.
 
     ``F.interpolate(mode="bilinear", antialias=True, align_corners=False)`` along one axis: output
     ``i`` is centred on input ``scale * (i + 0.5)`` and averages the inputs within ``support`` of it with
     a triangle filter stretched by ``scale`` when shrinking (the antialiasing), normalised to sum 1.
+    A batch of such resizes (one per clip) at once, on the tensors' device, in a fixed number of
+    tensor operations whatever ``N``; outputs in blocks of :data:`BLOCK`, each block's weights over
+    the ``band`` inputs from its first.
+
+    Args:
+        in_size: ``(N,)`` float64 input sizes (pixels along the axis).
+        out_size: ``(N,)`` sizes after the resize.
+        start: ``(N,)`` the first output kept (the crop's edge).
+        count: outputs kept from each (the crop's side); the last block's outputs past it repeat the
+            last one (computed, then dropped).
+        band: inputs per block (:func:`_band`: enough for the batch's largest scale).
+        reverse: ``(N,)`` bools: the kept outputs in reverse order (a horizontal flip).
 
     Returns:
-        float32 ``(count, in_size)``, each row summing to 1.
+        :class:`BandWeights`, each block's rows summing to 1.
     """
     scale = in_size / out_size
-    support, stretch = (scale, 1 / scale) if scale >= 1 else (1.0, 1.0)
-    centers = scale * (torch.arange(start, start + count, dtype=torch.float64) + 0.5)
-    inputs = torch.arange(in_size, dtype=torch.float64)
-    weights = (1 - ((inputs - centers[:, None] + 0.5) * stretch).abs()).clamp_(min=0)
+    support = torch.where(scale >= 1, scale, 1.0)[:, None, None]  # (N, 1, 1)
+    stretch = torch.where(scale >= 1, 1 / scale, 1.0)[:, None, None, None]  # (N, 1, 1, 1)
+    blocks = -(-count // BLOCK)
+    outputs = torch.arange(blocks * BLOCK, dtype=scale.dtype, device=scale.device).clamp_(max=count - 1).view(blocks, BLOCK)
+    if reverse is not None:
+        outputs = torch.where(reverse[:, None, None], count - 1 - outputs, outputs)  # (N or 1, blocks, BLOCK)
+    centers = scale[:, None, None] * (start[:, None, None] + outputs + 0.5)  # (N, blocks, BLOCK)
     # torch's window: inputs int(center - support + 0.5) .. int(center + support + 0.5) - 1, inside the frame
-    low, high = (centers - support + 0.5).floor(), (centers + support + 0.5).floor()
-    weights *= (inputs >= low[:, None]) & (inputs < high[:, None])
-    return (weights / weights.sum(1, keepdim=True)).float()
+    low = (centers - support + 0.5).floor().clamp_(min=0)
+    high = torch.minimum((centers + support + 0.5).floor(), in_size[:, None, None])
+    first = torch.minimum(low.amin(-1), (in_size[:, None] - band).clamp_(min=0))  # (N, blocks): the band's first input
+    inputs = first[..., None] + torch.arange(band, dtype=scale.dtype, device=scale.device)  # (N, blocks, band)
+    distance = inputs[:, :, None, :] - centers[..., None] + 0.5  # (N, blocks, BLOCK, band)
+    weights = (1 - (distance * stretch).abs()).clamp_(min=0)
+    weights *= (inputs[:, :, None, :] >= low[..., None]) & (inputs[:, :, None, :] < high[..., None])
+    weights /= weights.sum(-1, keepdim=True)
+    inside = torch.minimum(inputs, in_size[:, None, None] - 1).long()  # past a short frame's end: weight 0, read its last input
+    return BandWeights(weights.float(), inside)
+
+
+# On CPU, clips are resized in chunks whose gathered rows take about this many bytes (float32): a
+# whole coarsest batch's (100-200 MB) leaves the caches, and each such allocation is fresh memory
+# from the OS (page faults), which made the batch 2-3x slower than the per-clip resize.
+CPU_CHUNK_BYTES = 2 << 20
+
+
+def _chunk_size(clips: int, band_shape: torch.Size, row_length: int, device: torch.device) -> int:
+    """Clips resized together: all of them on an accelerator; on CPU as many as fit :data:`CPU_CHUNK_BYTES`."""
+    if device.type != "cpu":
+        return clips
+    blocks, band = band_shape
+    return max(1, min(clips, CPU_CHUNK_BYTES // (blocks * band * row_length * 4)))
+
+
+def _resize_clips(frames: torch.Tensor, rows: BandWeights, columns: BandWeights, crop: int) -> torch.Tensor:
+    """uint8 ``(n, T, 3, h, w)`` clips resized, cropped and flipped: float ``(n, 3, T, S, S)`` (a view),
+    rounded and clamped to 0-255."""
+    n, num_frames, _, h, w = frames.shape
+    blocks, band = rows.inputs.shape[1:]  # the columns' band may be longer or shorter: read below
+    # Rows: every (clip, block, band input, frame, channel) row of w pixels gathered at once, uint8.
+    planes = torch.arange(n * num_frames * 3, device=frames.device).view(n, 1, 1, num_frames * 3) * h
+    index = (planes + rows.inputs[..., None]).view(-1)  # (n * blocks * band * T * 3,)
+    gathered = frames.view(-1, w).index_select(0, index).view(n * blocks, band, -1).float()
+    resized = torch.bmm(rows.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, T * 3 * w)
+    resized = resized.view(n, blocks * BLOCK, num_frames * 3, w)[:, :crop]  # (n, S_y, T * 3, w)
+    # Columns: the same along x, on the rows' result turned x-first.
+    turned = resized.permute(0, 3, 1, 2).reshape(n * w, -1)  # (n * w, S_y * T * 3)
+    index = (torch.arange(n, device=frames.device).view(n, 1, 1) * w + columns.inputs).view(-1)
+    band = columns.inputs.shape[2]
+    gathered = turned.index_select(0, index).view(n * blocks, band, -1)
+    resized = torch.bmm(columns.weights.view(n * blocks, BLOCK, band), gathered)  # (n * blocks, BLOCK, S_y * T * 3)
+    resized = resized.view(n, blocks * BLOCK, crop, num_frames, 3)[:, :crop].permute(0, 4, 3, 2, 1)  # (n, 3, T, S_y, S_x)
+    return resized.round_().clamp_(0, 255)
 
 
 def _failure_of(clip: EncodedClip, device: torch.device) -> str | None:
@@ -301,6 +396,13 @@ def _torchvision_decode(data: list[torch.Tensor], device: torch.device) -> list[
     import warnings
 
     from torchvision.io import ImageReadMode, decode_jpeg
+
+    if device.type == "cuda":
+        # torchvision's nvjpeg writes the frames on a stream of its own into memory the caching
+        # allocator hands out for the current stream, where kernels still queued may read it (the
+        # last batch's crop-resize, its blocks freed when it returned): wait for them first.
+        # (torchcodec decodes on the current stream itself.)
+        torch.cuda.current_stream(device).synchronize()
 
     with warnings.catch_warnings():
         # torchvision 0.29 deprecates its image decoding; this is the fallback without torchcodec.
