@@ -82,7 +82,7 @@ class MultigridCLI(LightningCLI):
             super().instantiate_classes()
         except (ValueError, TypeError) as error:
             config = self.config[self.subcommand] if self.subcommand else self.config
-            raise SettingsError(setting_flags(str(_first_cause(error)), config.keys())) from error
+            raise SettingsError(setting_flags(_refusal(error), config.keys())) from error
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(MultigridCallback, "multigrid")
@@ -157,25 +157,35 @@ def setting_flags(message: str, keys: Iterable[str]) -> str:
     """
     flags: dict[str, list[str]] = {}
     for key in keys:
-        flags.setdefault(key.rsplit(".", 1)[-1], []).append("--" + key.replace(".init_args.", "."))
+        parts = key.replace(".init_args.", ".").split(".")
+        for start in range(1, len(parts)):  # `epoch_factor`, and a grouped option's `short_run.coarse_share`
+            flags.setdefault(".".join(parts[start:]), []).append("--" + ".".join(parts))
 
     def as_flag(match: re.Match[str]) -> str:
         found = flags.get(match[1])
         return " or ".join(f"`{flag}`" for flag in found) if found else match[0]
 
-    return re.sub(r"`(\w+)`", as_flag, message)
+    return re.sub(r"`(\w+(?:\.\w+)*)`", as_flag, message)
 
 
-def _first_cause(error: BaseException) -> BaseException:
-    """The value or type error that started ``error``'s chain: jsonargparse wraps a subclass-mode class's
-    refusal (``--model.lr -1``) into a list of the union's types that did not validate."""
+def _refusal(error: BaseException) -> str:
+    """The class's own words for the value it refused, from jsonargparse's wrapping of them.
+
+    jsonargparse wraps a subclass-mode class's refusal (``--model.lr -1``) in a chain of errors, and a
+    union-typed option's (``short_run: bool | ShortRun | None``) in one error listing each subtype's:
+    the refusal is the listed error that is not a type mismatch ("Expected a <class 'bool'>"), else
+    the value or type error that started the chain.
+    """
     first = error
-    cause = error.__cause__ or error.__context__
+    cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, (ValueError, TypeError)):
             first = cause
+            own = [line[4:] for line in str(cause).splitlines() if line.startswith("  - ") and not line.startswith("  - Expected a ")]
+            if own:
+                return own[0]
         cause = cause.__cause__ or cause.__context__
-    return first
+    return str(first)
 
 
 @contextmanager

@@ -308,8 +308,9 @@ def test_a_bad_short_run_setting_is_refused_by_the_cli(
     args = _dry_run_args(CONFIG_DIR / "demo.yaml", synthetic_dataset, tmp_path)
     # jsonargparse checks the value's fields on parsing and builds the ShortRun, which checks itself,
     # when it builds the callback: before anything is fitted.
-    with pytest.raises(ValueError, match=r"`short_run.coarse_share` must be a number in \[0, 1\), got 1.5"):
-        _run([*args, "--multigrid.short_run", "{coarse_share: 1.5}"], monkeypatch, capsys)
+    code, _, err = _run([*args, "--multigrid.short_run", "{coarse_share: 1.5}"], monkeypatch, capsys)
+    assert code == 2
+    assert "`--multigrid.short_run.coarse_share` must be a number in [0, 1), got 1.5" in err
 
 
 
