@@ -132,8 +132,9 @@ def test_small_tensors_come_back_by_value_as_the_same_tensors(synthetic_dataset:
     chunked = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=1, num_workers=2,
                                 collate_fn=collate_clips)
     assert isinstance(chunked.collate_fn, SmallByValue)
-    assert ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), num_workers=2,
-                             collate_fn=chunked.collate_fn).collate_fn is chunked.collate_fn  # re-created: not wrapped twice
+    re_created = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), num_workers=2, collate_fn=chunked.collate_fn)
+    assert re_created.collate_fn.collate_fn is collate_clips  # type: ignore[union-attr]  # not wrapped twice
+    assert re_created.collate_fn.slots is not chunked.collate_fn.slots  # its own slots
     plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
     for ours, theirs in zip(chunked, plain, strict=True):
         for key in ("label", "index"):

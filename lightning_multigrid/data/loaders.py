@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_int
 from lightning_multigrid._internals import shutdown_loader_workers
+from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, FetchedChunk, InSlot, slot_bytes_for
 from lightning_multigrid.data.dataset import collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.prefetch import DecodeAhead
@@ -51,6 +52,7 @@ __all__ = [
     "build_train_loader",
     "chunk",
     "join_batches",
+    "plan_slot_bytes",
 ]
 
 
@@ -128,7 +130,8 @@ def build_train_loader(
     batch_sampler = ShortCycleBatchSampler(
         sampler, plan, drop_last=settings.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
     )
-    if (settings.chunk_batches and settings.num_workers > 1) or decode_ahead is not None:
+    # Any worker: the batch slots spare the main process a descriptor hand-over per batch.
+    if settings.num_workers > 0 or decode_ahead is not None:
         return ChunkedDataLoader(
             dataset,
             batch_sampler=batch_sampler,
@@ -212,22 +215,33 @@ class ChunkedBatches:
 
     Each batch's chunk count is queued in :attr:`parts` as the batch is cut (the DataLoader cuts
     in the main process, ahead of the chunks coming back in order), so the loader knows how
-    many chunks make the next batch.
+    many chunks make the next batch. Each chunk is a :class:`~lightning_multigrid.data.batch_slots.ChunkTask`
+    naming the batch's slot in ``slots`` (when one is free) and the chunk's place in the batch.
     """
 
-    def __init__(self, batch_sampler: Iterable[list[Any]], num_chunks: int, min_chunk_size: int) -> None:
+    def __init__(
+        self, batch_sampler: Iterable[list[Any]], num_chunks: int, min_chunk_size: int, slots: BatchSlots | None = None
+    ) -> None:
         if num_chunks < 1 or min_chunk_size < 1:
             raise ValueError(f"`num_chunks` and `min_chunk_size` must be >= 1, got {num_chunks} and {min_chunk_size}.")
         self.batch_sampler = batch_sampler
         self.num_chunks = num_chunks
         self.min_chunk_size = min_chunk_size
+        self.slots = slots
         self.parts: deque[int] = deque()
 
     def __iter__(self) -> Iterator[list[Any]]:
+        # Runs at the first task of a pass, after the DataLoader took back (and dropped) every task of the last.
+        if self.slots is not None:
+            self.slots.release_all()
         for batch in self.batch_sampler:
             chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
             self.parts.append(len(chunks))
-            yield from chunks
+            slot = self.slots.acquire() if self.slots is not None else None
+            start = 0
+            for part in chunks:
+                yield ChunkTask(part, slot, start, len(batch))
+                start += len(part)
 
     def __len__(self) -> int:
         # What the DataLoader's iterator may check; the loader itself reports whole batches.
@@ -275,6 +289,10 @@ class ChunkedDataLoader(DataLoader):
         chunk_batches: cut batches into chunks (``False``: one worker per batch, as a DataLoader).
         decode_ahead: decode each batch on the device in a background thread while the previous
             ones are trained on (:class:`~lightning_multigrid.data.prefetch.DecodeAhead`).
+        slot_bytes: bytes of each batch slot (:mod:`~lightning_multigrid.data.batch_slots`: shared
+            memory the workers stack ``collate_clips`` batches into, copied out once per batch);
+            ``None``: the largest batch of a ``ShortCycleBatchSampler``'s plan (RGB uint8 clips),
+            no slots for another batch sampler; ``0``: no slots.
 
     Raises:
         ValueError: when ``min_chunk_size`` < 1.
@@ -295,11 +313,14 @@ class ChunkedDataLoader(DataLoader):
         drop_last: bool = False,
         chunk_batches: bool = True,
         decode_ahead: DecodeAhead | None = None,
+        slot_bytes: int | None = None,
     ) -> None:
         if min_chunk_size < 1:
             raise ValueError(f"`min_chunk_size` must be >= 1, got {min_chunk_size!r}.")
-        if collate_fn is not None and not isinstance(collate_fn, SmallByValue):
-            collate_fn = SmallByValue(collate_fn)  # (Lightning re-creates the loader with this one)
+        if isinstance(collate_fn, SmallByValue):
+            collate_fn = collate_fn.collate_fn  # Lightning re-creates the loader with the wrapper: not its slots
+        if collate_fn is not None:
+            collate_fn = SmallByValue(collate_fn)
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -315,18 +336,38 @@ class ChunkedDataLoader(DataLoader):
         self.min_chunk_size = min_chunk_size
         self.chunk_batches = chunk_batches
         self.decode_ahead = decode_ahead
+        self.slot_bytes = slot_bytes
+        self._slots = self._batch_slots(slot_bytes)
+        if isinstance(self.collate_fn, SmallByValue):
+            self.collate_fn.slots = self._slots
         self._chunks: ChunkedBatches | None = None
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
+
+    def _batch_slots(self, slot_bytes: int | None) -> BatchSlots | None:
+        """The slots (memory allocated when the workers start): batches in flight at most, plus the one
+        being cut and the one being joined."""
+        if slot_bytes is None and isinstance(self.batch_sampler, ShortCycleBatchSampler):
+            slot_bytes = plan_slot_bytes(self.batch_sampler.plan, getattr(self.dataset, "slowfast_alpha", None))
+        if not slot_bytes or self.num_workers < 1 or not isinstance(self.collate_fn, SmallByValue):
+            return None
+        return BatchSlots(self.prefetch_factor * self.num_workers + 2, slot_bytes)  # type: ignore[operator]
 
     @property
     def _index_sampler(self) -> Any:
         # What the DataLoader's iterator draws worker tasks from (``batch_sampler`` by default);
         # one wrapper per loader, since a persistent workers' iterator keeps the one it first got.
-        if self.num_workers <= 1 or not self.chunk_batches:
+        if self.num_workers < 1:
             return self.batch_sampler
         if self._chunks is None or self._chunks.batch_sampler is not self.batch_sampler:
-            self._chunks = ChunkedBatches(self.batch_sampler, self.num_workers, self.min_chunk_size)  # type: ignore[arg-type]
+            num_chunks = self.num_workers if self.chunk_batches else 1
+            self._chunks = ChunkedBatches(self.batch_sampler, num_chunks, self.min_chunk_size, self._slots)  # type: ignore[arg-type]
         return self._chunks
+
+    def _get_iterator(self) -> Any:
+        # The workers start here: the slots' memory must exist before, so they inherit it.
+        if self._slots is not None:
+            self._slots.create()
+        return super()._get_iterator()
 
     def __len__(self) -> int:
         return len(self.batch_sampler)  # type: ignore[arg-type]
@@ -347,7 +388,7 @@ class ChunkedDataLoader(DataLoader):
             self._pass = None
 
     def _whole_batches(self) -> Iterator[Any]:
-        if self.num_workers <= 1 or not self.chunk_batches:
+        if self.num_workers < 1:
             yield from super().__iter__()
             return
         chunks = self._index_sampler
@@ -356,14 +397,41 @@ class ChunkedDataLoader(DataLoader):
         for first in iterator:
             parts = chunks.parts.popleft()
             pieces = [first] + [next(iterator) for _ in range(parts - 1)]
-            yield join_batches(pieces, pin_memory=self.pin_memory) if parts > 1 else first
+            yield self._join(pieces)
+
+    def _join(self, pieces: list[Any]) -> Any:
+        """One batch from its chunks: clips in a slot are copied out (one ``torch.cat``), the slot freed."""
+        placed = {p["video"].slot for p in pieces if isinstance(p, dict) and isinstance(p.get("video"), InSlot)}
+        if not placed:
+            return join_batches(pieces, pin_memory=self.pin_memory) if len(pieces) > 1 else pieces[0]
+        assert self._slots is not None
+        try:
+            return join_batches([_out_of_slot(p, self._slots) for p in pieces], pin_memory=self.pin_memory)
+        finally:
+            for slot in placed:
+                self._slots.release(slot)
+
+
+def _out_of_slot(piece: dict[str, Any], slots: BatchSlots) -> dict[str, Any]:
+    """A chunk whose clips lie in a slot, with views of them there instead (copied by the join)."""
+    placed = piece["video"]
+    if not isinstance(placed, InSlot):
+        return piece
+    views = slots.views(placed)
+    return {**piece, "video": views if placed.pathways else views[0]}
+
+
+def plan_slot_bytes(plan: GridPlan, slowfast_alpha: int | None = None) -> int:
+    """Bytes of the largest batch of RGB uint8 clips over every grid ``plan`` serves (its epoch spans' cycles)."""
+    grids = {grid for start, _ in plan.epoch_spans() for grid in plan.cycle_at(start)}
+    return slot_bytes_for(((g.batch_size, g.num_frames, g.crop_size) for g in grids), slowfast_alpha=slowfast_alpha)
 
 
 def join_batches(batches: list[dict[str, Any]], pin_memory: bool = False) -> dict[str, Any]:
     """Concatenate collated batches (``collate_clips`` dicts) along the batch dimension.
 
     Tensors are concatenated (video, its pathways, labels, indices, views), lists of paths
-    chained, JPEG clips gathered into one :class:`EncodedBatch`.
+    chained, JPEG clips gathered into one :class:`EncodedBatch`. Always new tensors, also for one batch.
     """
     joined: dict[str, Any] = {}
     for key, first in batches[0].items():
@@ -414,12 +482,22 @@ class SmallByValue:
 
     def __init__(self, collate_fn: Callable[[list[Any]], Any]) -> None:
         self.collate_fn = collate_fn
+        self.slots: BatchSlots | None = None  # set by the loader: where ``collate_clips`` batches go
 
-    def __call__(self, samples: list[Any]) -> Any:
-        batch = self.collate_fn(samples)
+    def __call__(self, samples: list[Any] | FetchedChunk) -> Any:
+        batch = self._collate(samples)
         if not isinstance(batch, dict) or get_worker_info() is None:
             return batch
         return {key: _ByValue(value) if _small(value) else value for key, value in batch.items()}
+
+    def _collate(self, samples: list[Any] | FetchedChunk) -> Any:
+        if not isinstance(samples, FetchedChunk):
+            return self.collate_fn(samples)
+        if self.slots is not None and self.collate_fn is collate_clips and get_worker_info() is not None:
+            placed = self.slots.write([s["video"] for s in samples.samples], samples.task)
+            if placed is not None:
+                return collate_clips(samples.samples, video=placed)
+        return self.collate_fn(samples.samples)
 
 
 def _small(value: Any) -> bool:
