@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
-from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, InSlot, slot_bytes_for
+from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, slot_bytes_for
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.loaders import ChunkedDataLoader, plan_slot_bytes
 from lightning_multigrid.data.manifests.load import load_manifest
@@ -58,49 +57,67 @@ def assert_same_batches(got: list[dict[str, Any]], expected: list[dict[str, Any]
         assert ours["skipped"] == theirs["skipped"]
 
 
+def count_slot_batches(loader: ChunkedDataLoader) -> list[int]:
+    """The slots the loader frees after copying a batch out, in order (one per batch that went through one)."""
+    assert loader._slots is not None
+    freed: list[int] = []
+    release = loader._slots.release
+    loader._slots.release = lambda slot: (freed.append(slot), release(slot))[1]  # type: ignore[method-assign]
+    return freed
+
+
 def test_store_batches_through_slots_are_bit_identical_at_every_grid(store: Path) -> None:
     dataset = TrainVideoDataset(store)
     plan = schedule()
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=1, num_workers=2,
                                collate_fn=collate_clips, persistent_workers=True)
     assert loader._slots is not None and loader._slots.slot_bytes == plan_slot_bytes(plan)
+    freed = count_slot_batches(loader)
     for epoch in (0, 1, 3):  # several grids; big batches cut in chunks, small ones one chunk a batch
         loader.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
         got = list(loader)
         assert_same_batches(got, reference(dataset, plan, epoch))
         assert all(b["video"].is_contiguous() for b in got)
-    # Every batch went through a slot: the workers handed over no clip tensor.
-    raw = list(DataLoader.__iter__(loader))
-    assert raw and all(isinstance(piece["video"], InSlot) for piece in raw)
+        assert len(freed) == len(got)  # every batch came through a slot: the workers handed over no clip tensor
+        freed.clear()
 
 
 def test_slowfast_pathways_through_slots(store: Path) -> None:
     dataset = TrainVideoDataset(store, slowfast_alpha=4)
     plan = FixedGrid(GridShape(4, 8, 32))
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=2, num_workers=2,
-                               collate_fn=collate_clips)
+                               collate_fn=collate_clips, persistent_workers=True)
+    freed = count_slot_batches(loader)
     got = list(loader)
-    assert [v.shape[2] for v in got[0]["video"]] == [2, 8]
+    assert [v.shape[2] for v in got[0]["video"]] == [2, 8] and len(freed) == len(got)
     assert_same_batches(got, reference(dataset, plan))
 
 
-@pytest.mark.parametrize("slot_bytes", [0, 1000])  # no slots; slots too small for a batch
-def test_without_room_in_a_slot_batches_go_the_usual_way(store: Path, slot_bytes: int) -> None:
+@pytest.mark.parametrize(("slot_bytes", "persistent"), [(0, True), (None, False), (1000, True)])
+def test_without_room_in_a_slot_batches_go_the_usual_way(store: Path, slot_bytes: int | None, persistent: bool) -> None:
+    # No slots asked for; workers that do not persist (no slots: a dropped pass's workers may still write);
+    # slots too small for a batch.
     dataset = TrainVideoDataset(store)
     plan = FixedGrid(GridShape(4, 8, 32))
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=2, num_workers=2,
-                               collate_fn=collate_clips, slot_bytes=slot_bytes)
+                               collate_fn=collate_clips, slot_bytes=slot_bytes, persistent_workers=persistent)
+    assert (loader._slots is None) == (slot_bytes != 1000)
+    freed = count_slot_batches(loader) if loader._slots is not None else []
     assert_same_batches(list(loader), reference(dataset, plan))
-    assert not any(isinstance(piece["video"], InSlot) for piece in DataLoader.__iter__(loader))
+    assert not freed
 
 
 def test_more_batches_in_flight_than_slots(store: Path) -> None:
     dataset = TrainVideoDataset(store)
     plan = FixedGrid(GridShape(2, 8, 32))
-    loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), num_workers=2, collate_fn=collate_clips)
+    loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), num_workers=2, collate_fn=collate_clips,
+                               persistent_workers=True)
     assert loader._slots is not None
     loader._slots.num_slots = 1  # batches beyond the one slot go the usual way, mixed in order
-    assert_same_batches(list(loader), reference(dataset, plan))
+    freed = count_slot_batches(loader)
+    got = list(loader)
+    assert_same_batches(got, reference(dataset, plan))
+    assert 0 < len(freed) < len(got)
 
 
 def test_batch_slots_layout_and_bookkeeping() -> None:

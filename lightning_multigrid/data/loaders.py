@@ -24,8 +24,10 @@ Example::
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,11 +45,12 @@ from lightning_multigrid.grid import GridPlan, GridShape
 
 __all__ = [
     "CachedLoader",
-    "ChunkedBatches",
     "ChunkedDataLoader",
+    "CutBatch",
     "LoaderKey",
     "LoaderSettings",
     "SmallByValue",
+    "TaskStream",
     "build_eval_loader",
     "build_train_loader",
     "chunk",
@@ -210,44 +213,70 @@ class CachedLoader:
         self.clear()
 
 
-class ChunkedBatches:
-    """The batches of ``batch_sampler`` cut into up to ``num_chunks`` chunks of at least ``min_chunk_size``.
+class CutBatch(NamedTuple):
+    """A batch cut into worker tasks whose results the loader has not taken yet."""
 
-    Each batch's chunk count is queued in :attr:`parts` as the batch is cut (the DataLoader cuts
-    in the main process, ahead of the chunks coming back in order), so the loader knows how
-    many chunks make the next batch. Each chunk is a :class:`~lightning_multigrid.data.batch_slots.ChunkTask`
-    naming the batch's slot in ``slots`` (when one is free) and the chunk's place in the batch.
+    requests: list[Any]
+    parts: int  # its chunks (tasks), whose results come back in order
+    tag: int  # the pass it belongs to: the epoch (or a count of passes for another batch sampler)
+
+
+class TaskStream:
+    """The worker tasks of a loader's passes: batches cut into up to ``num_chunks`` chunks of at least
+    ``min_chunk_size``, each a :class:`~lightning_multigrid.data.batch_slots.ChunkTask` naming the
+    batch's slot in ``slots`` (when one is free) and the chunk's place in the batch.
+
+    The DataLoader's iterator draws from it (in the main process, ahead of the results coming back
+    in order) whenever it has room for a task. Each batch cut is queued in :attr:`pending` with its
+    chunk count and its pass, so the loader knows how many results make the next batch and where a
+    pass ends. The batches come from :meth:`start`'s iterable, which may run past the current pass
+    into the next ones (the loader's look-ahead across the epoch boundary): the stream never runs
+    dry while a later pass is known, so the workers keep busy through the boundary.
     """
 
-    def __init__(
-        self, batch_sampler: Iterable[list[Any]], num_chunks: int, min_chunk_size: int, slots: BatchSlots | None = None
-    ) -> None:
+    def __init__(self, num_chunks: int, min_chunk_size: int, slots: BatchSlots | None = None) -> None:
         if num_chunks < 1 or min_chunk_size < 1:
             raise ValueError(f"`num_chunks` and `min_chunk_size` must be >= 1, got {num_chunks} and {min_chunk_size}.")
-        self.batch_sampler = batch_sampler
         self.num_chunks = num_chunks
         self.min_chunk_size = min_chunk_size
         self.slots = slots
-        self.parts: deque[int] = deque()
+        self.pending: deque[CutBatch] = deque()
+        self.dry = True  # no batch left to cut: the DataLoader's iterator stops asking until it is reset
+        self._batches: Iterator[tuple[int, list[Any]]] = iter(())
+        self._tasks: Iterator[ChunkTask] = iter(())  # the rest of the batch being cut
 
-    def __iter__(self) -> Iterator[list[Any]]:
-        # Runs at the first task of a pass, after the DataLoader took back (and dropped) every task of the last.
+    def start(self, batches: Iterable[tuple[int, list[Any]]]) -> None:
+        """Cut ``(tag, batch)`` pairs from now on, forgetting what was cut before (its tasks are dropped:
+        call before the DataLoader's iterator is reset, which takes their results back first)."""
+        self.pending.clear()
+        self._batches = iter(batches)
+        self._tasks = iter(())
+        self.dry = False
         if self.slots is not None:
             self.slots.release_all()
-        for batch in self.batch_sampler:
-            chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
-            self.parts.append(len(chunks))
-            slot = self.slots.acquire() if self.slots is not None else None
-            start = 0
-            for part in chunks:
-                yield ChunkTask(part, slot, start, len(batch))
-                start += len(part)
 
-    def __len__(self) -> int:
-        # What the DataLoader's iterator may check; the loader itself reports whole batches.
-        if not isinstance(self.batch_sampler, Sized):
-            raise TypeError("the batch sampler has no length")
-        return len(self.batch_sampler)
+    def follow(self, batches: Iterator[tuple[int, list[Any]]]) -> None:
+        """Cut ``batches`` next, keeping what is pending (it was checked to be their predecessors)."""
+        self._batches = batches
+
+    def __iter__(self) -> TaskStream:
+        return self
+
+    def __next__(self) -> ChunkTask:
+        task = next(self._tasks, None)
+        if task is not None:
+            return task
+        try:
+            tag, batch = next(self._batches)
+        except StopIteration:
+            self.dry = True
+            raise
+        chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
+        slot = self.slots.acquire() if self.slots is not None else None
+        starts = itertools.accumulate((len(c) for c in chunks[:-1]), initial=0)
+        self._tasks = iter([ChunkTask(part, slot, start, len(batch)) for part, start in zip(chunks, starts)])
+        self.pending.append(CutBatch(batch, len(chunks), tag))
+        return next(self._tasks)
 
 
 def chunk(batch: list[Any], num_chunks: int, min_chunk_size: int) -> list[list[Any]]:
@@ -340,7 +369,9 @@ class ChunkedDataLoader(DataLoader):
         self._slots = self._batch_slots(slot_bytes)
         if isinstance(self.collate_fn, SmallByValue):
             self.collate_fn.slots = self._slots
-        self._chunks: ChunkedBatches | None = None
+        self._stream: TaskStream | None = None
+        self._running: Any = None  # the DataLoader's iterator the passes draw from
+        self._passes = 0
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
 
     def _batch_slots(self, slot_bytes: int | None) -> BatchSlots | None:
@@ -348,7 +379,9 @@ class ChunkedDataLoader(DataLoader):
         being cut and the one being joined."""
         if slot_bytes is None and isinstance(self.batch_sampler, ShortCycleBatchSampler):
             slot_bytes = plan_slot_bytes(self.batch_sampler.plan, getattr(self.dataset, "slowfast_alpha", None))
-        if not slot_bytes or self.num_workers < 1 or not isinstance(self.collate_fn, SmallByValue):
+        # Persistent workers only: their iterator takes back every task of a pass before the next
+        # pass cuts one, so no worker still writes into a slot handed out again.
+        if not slot_bytes or self.num_workers < 1 or not self.persistent_workers or not isinstance(self.collate_fn, SmallByValue):
             return None
         return BatchSlots(self.prefetch_factor * self.num_workers + 2, slot_bytes)  # type: ignore[operator]
 
@@ -358,10 +391,10 @@ class ChunkedDataLoader(DataLoader):
         # one wrapper per loader, since a persistent workers' iterator keeps the one it first got.
         if self.num_workers < 1:
             return self.batch_sampler
-        if self._chunks is None or self._chunks.batch_sampler is not self.batch_sampler:
+        if self._stream is None:
             num_chunks = self.num_workers if self.chunk_batches else 1
-            self._chunks = ChunkedBatches(self.batch_sampler, num_chunks, self.min_chunk_size, self._slots)  # type: ignore[arg-type]
-        return self._chunks
+            self._stream = TaskStream(num_chunks, self.min_chunk_size, self._slots)
+        return self._stream
 
     def _get_iterator(self) -> Any:
         # The workers start here: the slots' memory must exist before, so they inherit it.
@@ -391,13 +424,43 @@ class ChunkedDataLoader(DataLoader):
         if self.num_workers < 1:
             yield from super().__iter__()
             return
-        chunks = self._index_sampler
-        chunks.parts.clear()  # an abandoned epoch's counts
-        iterator = super().__iter__()
-        for first in iterator:
-            parts = chunks.parts.popleft()
-            pieces = [first] + [next(iterator) for _ in range(parts - 1)]
+        stream = self._index_sampler
+        tag = self._pass_tag()
+        iterator = self._running if self._carry_on(stream, tag) else self._restart(stream, tag)
+        # Pending is empty only once nothing is left to cut: the iterator asks for a task after every result.
+        while stream.pending and stream.pending[0].tag == tag:
+            pieces = [next(iterator) for _ in range(stream.pending[0].parts)]
+            stream.pending.popleft()
             yield self._join(pieces)
+        if not stream.pending:
+            next(iterator, None)  # the DataLoader ends its pass (workers that do not persist stop now)
+
+    def _restart(self, stream: TaskStream, tag: int) -> Any:
+        """Start the pass from its first batch: the workers' tasks still in flight are taken back first."""
+        stream.start(_batches_from(self.batch_sampler, tag, look_ahead=self.persistent_workers))  # type: ignore[arg-type]
+        iterator = super().__iter__()
+        # Kept for the next pass only when the workers persist (else the pass's iterator stops them when dropped).
+        self._running = iterator if self.persistent_workers else None
+        return iterator
+
+    def _pass_tag(self) -> int:
+        """The epoch of the pass about to start (a count of passes for a batch sampler without epochs)."""
+        if isinstance(self.batch_sampler, ShortCycleBatchSampler):
+            return self.batch_sampler.epoch
+        self._passes += 1
+        return -self._passes
+
+    def _carry_on(self, stream: TaskStream, tag: int) -> bool:
+        """Whether the tasks already cut ahead (the look-ahead) are this pass's first batches: then the pass
+        takes their results, and the stream cuts on from after them."""
+        if stream.dry or self._running is None or self._running is not self._iterator:
+            return False  # nothing ahead, or the workers were stopped (teardown)
+        batches = _batches_from(self.batch_sampler, tag, look_ahead=True)  # type: ignore[arg-type]
+        ahead = list(itertools.islice(batches, len(stream.pending)))
+        if [batch for _, batch in ahead] != [cut.requests for cut in stream.pending]:
+            return False  # an abandoned epoch's rest, or another epoch than looked ahead to
+        stream.follow(batches)
+        return True
 
     def _join(self, pieces: list[Any]) -> Any:
         """One batch from its chunks: clips in a slot are copied out (one ``torch.cat``), the slot freed."""
@@ -410,6 +473,33 @@ class ChunkedDataLoader(DataLoader):
         finally:
             for slot in placed:
                 self._slots.release(slot)
+
+
+def _batches_from(batch_sampler: Iterable[list[Any]], tag: int, look_ahead: bool) -> Iterator[tuple[int, list[Any]]]:
+    """A pass's batches tagged ``tag``, then with ``look_ahead`` (and a ``ShortCycleBatchSampler``) the next
+    epochs', as far as the workers get ahead: what keeps them busy across the epoch boundary. (A function,
+    not a method: the loader holds the stream that holds this generator.)"""
+    yield from ((tag, batch) for batch in batch_sampler)
+    if look_ahead and isinstance(batch_sampler, ShortCycleBatchSampler):
+        yield from _later_epochs(batch_sampler, tag + 1)
+
+
+def _later_epochs(batch_sampler: ShortCycleBatchSampler, first_epoch: int) -> Iterator[tuple[int, list[Any]]]:
+    """The batches of epochs ``first_epoch, first_epoch + 1, ...`` as ``batch_sampler`` will draw them, from
+    copies set to those epochs (the sampler itself is left as it is)."""
+    for epoch in itertools.count(first_epoch):
+        ahead = copy.copy(batch_sampler)
+        ahead.sampler = copy.copy(batch_sampler.sampler)
+        empty = True
+        try:
+            ahead.set_epoch(epoch)
+            for batch in ahead:
+                empty = False
+                yield epoch, batch
+        except Exception:  # noqa: BLE001 -- a plan that does not reach past its last epoch: no look-ahead there
+            return
+        if empty:
+            return
 
 
 def _out_of_slot(piece: dict[str, Any], slots: BatchSlots) -> dict[str, Any]:
