@@ -134,6 +134,7 @@ def test_batch_slots_layout_and_bookkeeping() -> None:
     (view,) = slots.views(placed)
     assert view.shape == (2, 3, 2, 4, 4) and torch.equal(view, torch.stack(clips[1:]))
     assert slots.write(clips, ChunkTask("abc", None, 0, 3)) is None  # the task has no slot
+    assert slots.write([b"jpeg bytes"], ChunkTask("a", first, 0, 3)) is None  # not pixels (encoded clips)
     assert slots.write([torch.zeros(3, 9, 9, 9, dtype=torch.uint8)], ChunkTask("a", first, 0, 3)) is None  # too big
     odd = [torch.zeros(3, 2, 4, 4, dtype=torch.uint8), torch.zeros(3, 2, 5, 4, dtype=torch.uint8)]
     assert slots.write(odd, ChunkTask("ab", first, 0, 3)) is None  # shapes differ: collating says so

@@ -107,7 +107,9 @@ class BatchSlots:
         """
         if task.slot is None or not self.buffers or not videos:
             return None
-        pathways = not isinstance(videos[0], torch.Tensor)
+        pathways = isinstance(videos[0], (list, tuple))
+        if not pathways and not isinstance(videos[0], torch.Tensor):
+            return None  # e.g. encoded clips: bytes, not pixels
         parts = [[v[p] for v in videos] for p in range(len(videos[0]))] if pathways else [list(videos)]
         layout, offset = [], 0
         for clips in parts:

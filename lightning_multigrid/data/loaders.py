@@ -145,6 +145,7 @@ def build_train_loader(
             persistent_workers=settings.persistent_workers and settings.num_workers > 0,
             chunk_batches=settings.chunk_batches,
             decode_ahead=decode_ahead,
+            slot_bytes=0 if decode_ahead is not None else None,  # JPEG bytes: no pixels to put in slots
         )
     return DataLoader(
         dataset,
