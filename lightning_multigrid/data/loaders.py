@@ -14,6 +14,18 @@ the training loop, Lightning included, still sees whole batches: ``len()`` count
 ``batch_sampler`` is the real batch sampler (Lightning can still swap in its
 ``DistributedSampler`` and re-create the loader from its arguments).
 
+Two more things it does with persistent workers, so nothing waits between steps:
+
+- **Batch slots** (:mod:`~lightning_multigrid.data.batch_slots`): the workers stack each batch's
+  clips into shared memory mapped once, and the main process copies the batch out in one
+  ``torch.cat``; no shared-memory file and no descriptor crosses per chunk (the main thread waited
+  for each busy worker's GIL to receive one: a ceiling of a few hundred chunks a second).
+- **Look-ahead across the epoch boundary** (:class:`TaskStream`): one DataLoader pass spans the
+  epochs. While an epoch's last batches train, the workers already decode the next epoch's first
+  ones, drawn from a copy of the batch sampler set to that epoch; the next pass serves them when
+  its batch sampler draws exactly those batches (the same clip requests, hence the same pixels),
+  and otherwise starts over from its first batch, as a DataLoader does at every epoch.
+
 Example::
 
     loader = ChunkedDataLoader(dataset, batch_sampler=ShortCycleBatchSampler(sampler, schedule),
