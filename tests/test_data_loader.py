@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.loaders import ChunkedBatches, ChunkedDataLoader, SmallByValue, chunk, join_batches
+from lightning_multigrid.data.loaders import ChunkedDataLoader, SmallByValue, TaskStream, chunk, join_batches
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
@@ -39,12 +39,16 @@ def test_chunk_sizes(size: int, num_chunks: int, min_size: int, expected: list[i
     assert [x for c in chunks for x in c] == list(range(size))  # consecutive, nothing lost
 
 
-def test_chunked_batches_queue_their_part_counts() -> None:
-    chunks = ChunkedBatches([[0, 1, 2, 3], [4], [5, 6]], num_chunks=2, min_chunk_size=1)
-    assert list(chunks) == [[0, 1], [2, 3], [4], [5], [6]]
-    assert list(chunks.parts) == [2, 1, 2]
+def test_the_task_stream_cuts_batches_and_queues_them() -> None:
+    stream = TaskStream(num_chunks=2, min_chunk_size=1)
+    assert stream.dry and list(stream) == []
+    stream.start([(0, [0, 1, 2, 3]), (0, [4]), (1, [5, 6])])
+    tasks = list(stream)
+    assert tasks == [[0, 1], [2, 3], [4], [5], [6]] and stream.dry
+    assert [(t.start, t.batch_size, t.slot) for t in tasks] == [(0, 4, None), (2, 4, None), (0, 1, None), (0, 2, None), (1, 2, None)]
+    assert [(c.requests, c.parts, c.tag) for c in stream.pending] == [([0, 1, 2, 3], 2, 0), ([4], 1, 0), ([5, 6], 2, 1)]
     with pytest.raises(ValueError, match="`num_chunks` and `min_chunk_size` must be >= 1"):
-        ChunkedBatches([], num_chunks=0, min_chunk_size=1)
+        TaskStream(num_chunks=0, min_chunk_size=1)
 
 
 def make_batch_sampler(dataset: TrainVideoDataset, epoch: int = 0, sampler: Any = None) -> ShortCycleBatchSampler:
@@ -132,8 +136,9 @@ def test_small_tensors_come_back_by_value_as_the_same_tensors(synthetic_dataset:
     chunked = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), min_chunk_size=1, num_workers=2,
                                 collate_fn=collate_clips)
     assert isinstance(chunked.collate_fn, SmallByValue)
-    assert ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), num_workers=2,
-                             collate_fn=chunked.collate_fn).collate_fn is chunked.collate_fn  # re-created: not wrapped twice
+    re_created = ChunkedDataLoader(dataset, batch_sampler=make_batch_sampler(dataset), num_workers=2, collate_fn=chunked.collate_fn)
+    assert re_created.collate_fn.collate_fn is collate_clips  # type: ignore[union-attr]  # not wrapped twice
+    assert re_created.collate_fn is not chunked.collate_fn  # its own wrapper, for its own slots
     plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
     for ours, theirs in zip(chunked, plain, strict=True):
         for key in ("label", "index"):
@@ -156,3 +161,30 @@ def test_by_value_pickling_keeps_dtype_shape_and_values() -> None:
         assert type(after) is torch.Tensor and after.dtype == before.dtype and torch.equal(after, before)
     assert _small(torch.zeros(1 << 14)) and not _small(torch.zeros((1 << 14) + 1))  # up to 64 KiB by value
     assert not _small(torch.zeros(2, dtype=torch.bfloat16))  # no numpy dtype
+
+
+def test_the_next_epoch_is_decoded_ahead_and_served_unchanged(synthetic_dataset: SyntheticDataset) -> None:
+    dataset = TrainVideoDataset(synthetic_dataset.train_manifest, flip=False)
+    batch_sampler = make_batch_sampler(dataset)
+    loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler, min_chunk_size=1, num_workers=2,
+                               collate_fn=collate_clips, persistent_workers=True)
+    stream = loader._index_sampler
+    starts: list[int] = []
+    start = stream.start
+    stream.start = lambda batches: (starts.append(batch_sampler.epoch), start(batches))[1]  # type: ignore[method-assign]
+    plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
+    for epoch in (0, 1, 2, 5, 6):  # 5: not the epoch looked ahead to
+        batch_sampler.set_epoch(epoch)
+        plain.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+        expected = list(plain)
+        got = list(loader)
+        assert [b["index"].tolist() for b in got] == [b["index"].tolist() for b in expected]
+        for ours, theirs in zip(got, expected, strict=True):
+            assert torch.equal(ours["video"], theirs["video"]) and torch.equal(ours["label"], theirs["label"])
+        # Before the next epoch starts, its first batches are already with the workers.
+        assert stream.pending and stream.pending[0].tag == epoch + 1
+    assert starts == [0, 5]  # the pass started over only where the epoch was not the one looked ahead to
+    # A pass abandoned after one batch: the next pass starts over, at its first batch.
+    next(iter(loader))
+    assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in list(plain)]
+    assert starts == [0, 5, 6, 6]

@@ -40,6 +40,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_multigrid._checks import check_bool, check_instance, check_positive_int
+from lightning_multigrid.data.batch_slots import ChunkTask, FetchedChunk
 from lightning_multigrid.data.clip_params import (
     ClipParams,
     ClipRequest,
@@ -167,6 +168,16 @@ class _VideoDataset:
         count = min(self.num_videos, self.max_replacements + 1)
         others = [i for i in random.Random(seed).sample(range(self.num_videos), count) if i != video_index]
         yield from others[: self.max_replacements]
+
+    def __getitems__(self, items: Sequence[Any]) -> list[Sample] | FetchedChunk:
+        """The samples of a batch (what a DataLoader's fetch calls); a chunk's comes with its
+        :class:`~lightning_multigrid.data.batch_slots.ChunkTask`, so the worker's collate function
+        can stack the clips straight into the batch's shared-memory slot."""
+        samples = [self[item] for item in items]
+        return FetchedChunk(samples, items) if isinstance(items, ChunkTask) else samples
+
+    def __getitem__(self, item: Any) -> Sample:
+        raise NotImplementedError
 
     def _sample(self, index: int, video: torch.Tensor | EncodedClip, skipped: tuple[str, ...]) -> Sample:
         clip: torch.Tensor | list[torch.Tensor] | EncodedClip = video
@@ -360,8 +371,14 @@ def replacement_seed(seed: int, attempt: int) -> int:
     return random.Random(f"{seed}/{attempt}").getrandbits(63)
 
 
-def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
+def collate_clips(samples: Sequence[Sample], video: Any = None) -> dict[str, Any]:
     """Stack samples into a batch.
+
+    Args:
+        samples: the samples (dicts as the datasets return them).
+        video: the batch's ``"video"`` when the caller has already put the clips elsewhere (a
+            worker, into a batch slot: :mod:`~lightning_multigrid.data.batch_slots`); ``None``:
+            the clips are stacked here.
 
     Returns:
         ``{"video": uint8 (N, C, T, H, W) or [slow, fast] (or an
@@ -374,25 +391,25 @@ def collate_clips(samples: Sequence[Sample]) -> dict[str, Any]:
     """
     if not samples:
         raise ValueError("`collate_clips` got an empty batch.")
-    first = samples[0]["video"]
-    try:
-        if isinstance(first, EncodedClip):
-            video: torch.Tensor | list[torch.Tensor] | EncodedBatch = EncodedBatch([s["video"] for s in samples])
-        elif isinstance(first, torch.Tensor):
-            video = torch.stack([s["video"] for s in samples])
-        else:
-            video = [torch.stack([s["video"][p] for s in samples]) for p in range(len(first))]
-    except RuntimeError as error:
-        shapes = sorted({str(tuple(s["video"].shape)) for s in samples if isinstance(s["video"], torch.Tensor)})
-        raise ValueError(f"Clips of one batch must share a shape, got {shapes or error}.") from None
+    batch: dict[str, Any] = {"video": _stack_videos(samples) if video is None else video}
     labels = [s["label"] for s in samples]
     label = torch.stack(labels) if isinstance(labels[0], torch.Tensor) else torch.tensor(labels, dtype=torch.int64)
-    batch: dict[str, Any] = {
-        "video": video,
-        "label": label,
-        "index": torch.tensor([s["index"] for s in samples], dtype=torch.int64),
-        "skipped": [path for s in samples for path in s["skipped"]],
-    }
+    batch["label"] = label
+    batch["index"] = torch.tensor([s["index"] for s in samples], dtype=torch.int64)
+    batch["skipped"] = [path for s in samples for path in s["skipped"]]
     if "view" in samples[0]:
         batch["view"] = torch.tensor([s["view"] for s in samples], dtype=torch.int64)
     return batch
+
+
+def _stack_videos(samples: Sequence[Sample]) -> torch.Tensor | list[torch.Tensor] | EncodedBatch:
+    first = samples[0]["video"]
+    try:
+        if isinstance(first, EncodedClip):
+            return EncodedBatch([s["video"] for s in samples])
+        if isinstance(first, torch.Tensor):
+            return torch.stack([s["video"] for s in samples])
+        return [torch.stack([s["video"][p] for s in samples]) for p in range(len(first))]
+    except RuntimeError as error:
+        shapes = sorted({str(tuple(s["video"].shape)) for s in samples if isinstance(s["video"], torch.Tensor)})
+        raise ValueError(f"Clips of one batch must share a shape, got {shapes or error}.") from None

@@ -14,6 +14,18 @@ the training loop, Lightning included, still sees whole batches: ``len()`` count
 ``batch_sampler`` is the real batch sampler (Lightning can still swap in its
 ``DistributedSampler`` and re-create the loader from its arguments).
 
+Two more things it does with persistent workers, so nothing waits between steps:
+
+- **Batch slots** (:mod:`~lightning_multigrid.data.batch_slots`): the workers stack each batch's
+  clips into shared memory mapped once, and the main process copies the batch out in one
+  ``torch.cat``; no shared-memory file and no descriptor crosses per chunk (the main thread waited
+  for each busy worker's GIL to receive one: a ceiling of a few hundred chunks a second).
+- **Look-ahead across the epoch boundary** (:class:`TaskStream`): one DataLoader pass spans the
+  epochs. While an epoch's last batches train, the workers already decode the next epoch's first
+  ones, drawn from a copy of the batch sampler set to that epoch; the next pass serves them when
+  its batch sampler draws exactly those batches (the same clip requests, hence the same pixels),
+  and otherwise starts over from its first batch, as a DataLoader does at every epoch.
+
 Example::
 
     loader = ChunkedDataLoader(dataset, batch_sampler=ShortCycleBatchSampler(sampler, schedule),
@@ -24,8 +36,10 @@ Example::
 
 from __future__ import annotations
 
+import copy
+import itertools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -34,6 +48,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 
 from lightning_multigrid._checks import check_bool, check_int, check_positive_int
 from lightning_multigrid._internals import shutdown_loader_workers
+from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, FetchedChunk, InSlot, slot_bytes_for
 from lightning_multigrid.data.dataset import collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.prefetch import DecodeAhead
@@ -42,15 +57,17 @@ from lightning_multigrid.grid import GridPlan, GridShape
 
 __all__ = [
     "CachedLoader",
-    "ChunkedBatches",
     "ChunkedDataLoader",
+    "CutBatch",
     "LoaderKey",
     "LoaderSettings",
     "SmallByValue",
+    "TaskStream",
     "build_eval_loader",
     "build_train_loader",
     "chunk",
     "join_batches",
+    "plan_slot_bytes",
 ]
 
 
@@ -128,7 +145,8 @@ def build_train_loader(
     batch_sampler = ShortCycleBatchSampler(
         sampler, plan, drop_last=settings.drop_last, seed=seed, start_epoch=epoch, start_iteration=start_iteration
     )
-    if (settings.chunk_batches and settings.num_workers > 1) or decode_ahead is not None:
+    # Any worker: the batch slots spare the main process a descriptor hand-over per batch.
+    if settings.num_workers > 0 or decode_ahead is not None:
         return ChunkedDataLoader(
             dataset,
             batch_sampler=batch_sampler,
@@ -139,6 +157,7 @@ def build_train_loader(
             persistent_workers=settings.persistent_workers and settings.num_workers > 0,
             chunk_batches=settings.chunk_batches,
             decode_ahead=decode_ahead,
+            slot_bytes=0 if decode_ahead is not None else None,  # JPEG bytes: no pixels to put in slots
         )
     return DataLoader(
         dataset,
@@ -207,33 +226,70 @@ class CachedLoader:
         self.clear()
 
 
-class ChunkedBatches:
-    """The batches of ``batch_sampler`` cut into up to ``num_chunks`` chunks of at least ``min_chunk_size``.
+class CutBatch(NamedTuple):
+    """A batch cut into worker tasks whose results the loader has not taken yet."""
 
-    Each batch's chunk count is queued in :attr:`parts` as the batch is cut (the DataLoader cuts
-    in the main process, ahead of the chunks coming back in order), so the loader knows how
-    many chunks make the next batch.
+    requests: list[Any]
+    parts: int  # its chunks (tasks), whose results come back in order
+    tag: int  # the pass it belongs to: the epoch (or a count of passes for another batch sampler)
+
+
+class TaskStream:
+    """The worker tasks of a loader's passes: batches cut into up to ``num_chunks`` chunks of at least
+    ``min_chunk_size``, each a :class:`~lightning_multigrid.data.batch_slots.ChunkTask` naming the
+    batch's slot in ``slots`` (when one is free) and the chunk's place in the batch.
+
+    The DataLoader's iterator draws from it (in the main process, ahead of the results coming back
+    in order) whenever it has room for a task. Each batch cut is queued in :attr:`pending` with its
+    chunk count and its pass, so the loader knows how many results make the next batch and where a
+    pass ends. The batches come from :meth:`start`'s iterable, which may run past the current pass
+    into the next ones (the loader's look-ahead across the epoch boundary): the stream never runs
+    dry while a later pass is known, so the workers keep busy through the boundary.
     """
 
-    def __init__(self, batch_sampler: Iterable[list[Any]], num_chunks: int, min_chunk_size: int) -> None:
+    def __init__(self, num_chunks: int, min_chunk_size: int, slots: BatchSlots | None = None) -> None:
         if num_chunks < 1 or min_chunk_size < 1:
             raise ValueError(f"`num_chunks` and `min_chunk_size` must be >= 1, got {num_chunks} and {min_chunk_size}.")
-        self.batch_sampler = batch_sampler
         self.num_chunks = num_chunks
         self.min_chunk_size = min_chunk_size
-        self.parts: deque[int] = deque()
+        self.slots = slots
+        self.pending: deque[CutBatch] = deque()
+        self.dry = True  # no batch left to cut: the DataLoader's iterator stops asking until it is reset
+        self._batches: Iterator[tuple[int, list[Any]]] = iter(())
+        self._tasks: Iterator[ChunkTask] = iter(())  # the rest of the batch being cut
 
-    def __iter__(self) -> Iterator[list[Any]]:
-        for batch in self.batch_sampler:
-            chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
-            self.parts.append(len(chunks))
-            yield from chunks
+    def start(self, batches: Iterable[tuple[int, list[Any]]]) -> None:
+        """Cut ``(tag, batch)`` pairs from now on, forgetting what was cut before (its tasks are dropped:
+        call before the DataLoader's iterator is reset, which takes their results back first)."""
+        self.pending.clear()
+        self._batches = iter(batches)
+        self._tasks = iter(())
+        self.dry = False
+        if self.slots is not None:
+            self.slots.release_all()
 
-    def __len__(self) -> int:
-        # What the DataLoader's iterator may check; the loader itself reports whole batches.
-        if not isinstance(self.batch_sampler, Sized):
-            raise TypeError("the batch sampler has no length")
-        return len(self.batch_sampler)
+    def follow(self, batches: Iterator[tuple[int, list[Any]]]) -> None:
+        """Cut ``batches`` next, keeping what is pending (it was checked to be their predecessors)."""
+        self._batches = batches
+
+    def __iter__(self) -> TaskStream:
+        return self
+
+    def __next__(self) -> ChunkTask:
+        task = next(self._tasks, None)
+        if task is not None:
+            return task
+        try:
+            tag, batch = next(self._batches)
+        except StopIteration:
+            self.dry = True
+            raise
+        chunks = chunk(batch, self.num_chunks, self.min_chunk_size)
+        slot = self.slots.acquire() if self.slots is not None else None
+        starts = itertools.accumulate((len(c) for c in chunks[:-1]), initial=0)
+        self._tasks = iter([ChunkTask(part, slot, start, len(batch)) for part, start in zip(chunks, starts)])
+        self.pending.append(CutBatch(batch, len(chunks), tag))
+        return next(self._tasks)
 
 
 def chunk(batch: list[Any], num_chunks: int, min_chunk_size: int) -> list[list[Any]]:
@@ -275,6 +331,10 @@ class ChunkedDataLoader(DataLoader):
         chunk_batches: cut batches into chunks (``False``: one worker per batch, as a DataLoader).
         decode_ahead: decode each batch on the device in a background thread while the previous
             ones are trained on (:class:`~lightning_multigrid.data.prefetch.DecodeAhead`).
+        slot_bytes: bytes of each batch slot (:mod:`~lightning_multigrid.data.batch_slots`: shared
+            memory the workers stack ``collate_clips`` batches into, copied out once per batch);
+            ``None``: the largest batch of a ``ShortCycleBatchSampler``'s plan (RGB uint8 clips),
+            no slots for another batch sampler; ``0``: no slots.
 
     Raises:
         ValueError: when ``min_chunk_size`` < 1.
@@ -295,11 +355,14 @@ class ChunkedDataLoader(DataLoader):
         drop_last: bool = False,
         chunk_batches: bool = True,
         decode_ahead: DecodeAhead | None = None,
+        slot_bytes: int | None = None,
     ) -> None:
         if min_chunk_size < 1:
             raise ValueError(f"`min_chunk_size` must be >= 1, got {min_chunk_size!r}.")
-        if collate_fn is not None and not isinstance(collate_fn, SmallByValue):
-            collate_fn = SmallByValue(collate_fn)  # (Lightning re-creates the loader with this one)
+        if isinstance(collate_fn, SmallByValue):
+            collate_fn = collate_fn.collate_fn  # Lightning re-creates the loader with the wrapper: not its slots
+        if collate_fn is not None:
+            collate_fn = SmallByValue(collate_fn)
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -315,18 +378,42 @@ class ChunkedDataLoader(DataLoader):
         self.min_chunk_size = min_chunk_size
         self.chunk_batches = chunk_batches
         self.decode_ahead = decode_ahead
-        self._chunks: ChunkedBatches | None = None
+        self.slot_bytes = slot_bytes
+        self._slots = self._batch_slots(slot_bytes)
+        if isinstance(self.collate_fn, SmallByValue):
+            self.collate_fn.slots = self._slots
+        self._stream: TaskStream | None = None
+        self._running: Any = None  # the DataLoader's iterator the passes draw from
+        self._passes = 0
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
+
+    def _batch_slots(self, slot_bytes: int | None) -> BatchSlots | None:
+        """The slots (memory allocated when the workers start): batches in flight at most, plus the one
+        being cut and the one being joined."""
+        if slot_bytes is None and isinstance(self.batch_sampler, ShortCycleBatchSampler):
+            slot_bytes = plan_slot_bytes(self.batch_sampler.plan, getattr(self.dataset, "slowfast_alpha", None))
+        # Persistent workers only: their iterator takes back every task of a pass before the next
+        # pass cuts one, so no worker still writes into a slot handed out again.
+        if not slot_bytes or self.num_workers < 1 or not self.persistent_workers or not isinstance(self.collate_fn, SmallByValue):
+            return None
+        return BatchSlots(self.prefetch_factor * self.num_workers + 2, slot_bytes)  # type: ignore[operator]
 
     @property
     def _index_sampler(self) -> Any:
         # What the DataLoader's iterator draws worker tasks from (``batch_sampler`` by default);
         # one wrapper per loader, since a persistent workers' iterator keeps the one it first got.
-        if self.num_workers <= 1 or not self.chunk_batches:
+        if self.num_workers < 1:
             return self.batch_sampler
-        if self._chunks is None or self._chunks.batch_sampler is not self.batch_sampler:
-            self._chunks = ChunkedBatches(self.batch_sampler, self.num_workers, self.min_chunk_size)  # type: ignore[arg-type]
-        return self._chunks
+        if self._stream is None:
+            num_chunks = self.num_workers if self.chunk_batches else 1
+            self._stream = TaskStream(num_chunks, self.min_chunk_size, self._slots)
+        return self._stream
+
+    def _get_iterator(self) -> Any:
+        # The workers start here: the slots' memory must exist before, so they inherit it.
+        if self._slots is not None:
+            self._slots.create()
+        return super()._get_iterator()
 
     def __len__(self) -> int:
         return len(self.batch_sampler)  # type: ignore[arg-type]
@@ -347,23 +434,107 @@ class ChunkedDataLoader(DataLoader):
             self._pass = None
 
     def _whole_batches(self) -> Iterator[Any]:
-        if self.num_workers <= 1 or not self.chunk_batches:
+        if self.num_workers < 1:
             yield from super().__iter__()
             return
-        chunks = self._index_sampler
-        chunks.parts.clear()  # an abandoned epoch's counts
+        stream = self._index_sampler
+        tag = self._pass_tag()
+        iterator = self._running if self._carry_on(stream, tag) else self._restart(stream, tag)
+        # Pending is empty only once nothing is left to cut: the iterator asks for a task after every result.
+        while stream.pending and stream.pending[0].tag == tag:
+            pieces = [next(iterator) for _ in range(stream.pending[0].parts)]
+            stream.pending.popleft()
+            yield self._join(pieces)
+        if not stream.pending:
+            next(iterator, None)  # the DataLoader ends its pass (workers that do not persist stop now)
+
+    def _restart(self, stream: TaskStream, tag: int) -> Any:
+        """Start the pass from its first batch: the workers' tasks still in flight are taken back first."""
+        stream.start(_batches_from(self.batch_sampler, tag, look_ahead=self.persistent_workers))  # type: ignore[arg-type]
         iterator = super().__iter__()
-        for first in iterator:
-            parts = chunks.parts.popleft()
-            pieces = [first] + [next(iterator) for _ in range(parts - 1)]
-            yield join_batches(pieces, pin_memory=self.pin_memory) if parts > 1 else first
+        # Kept for the next pass only when the workers persist (else the pass's iterator stops them when dropped).
+        self._running = iterator if self.persistent_workers else None
+        return iterator
+
+    def _pass_tag(self) -> int:
+        """The epoch of the pass about to start (a count of passes for a batch sampler without epochs)."""
+        if isinstance(self.batch_sampler, ShortCycleBatchSampler):
+            return self.batch_sampler.epoch
+        self._passes += 1
+        return -self._passes
+
+    def _carry_on(self, stream: TaskStream, tag: int) -> bool:
+        """Whether the tasks already cut ahead (the look-ahead) are this pass's first batches: then the pass
+        takes their results, and the stream cuts on from after them."""
+        if stream.dry or self._running is None or self._running is not self._iterator:
+            return False  # nothing ahead, or the workers were stopped (teardown)
+        batches = _batches_from(self.batch_sampler, tag, look_ahead=True)  # type: ignore[arg-type]
+        ahead = list(itertools.islice(batches, len(stream.pending)))
+        if [batch for _, batch in ahead] != [cut.requests for cut in stream.pending]:
+            return False  # an abandoned epoch's rest, or another epoch than looked ahead to
+        stream.follow(batches)
+        return True
+
+    def _join(self, pieces: list[Any]) -> Any:
+        """One batch from its chunks: clips in a slot are copied out (one ``torch.cat``), the slot freed."""
+        placed = {p["video"].slot for p in pieces if isinstance(p, dict) and isinstance(p.get("video"), InSlot)}
+        if not placed:
+            return join_batches(pieces, pin_memory=self.pin_memory) if len(pieces) > 1 else pieces[0]
+        assert self._slots is not None
+        try:
+            return join_batches([_out_of_slot(p, self._slots) for p in pieces], pin_memory=self.pin_memory)
+        finally:
+            for slot in placed:
+                self._slots.release(slot)
+
+
+def _batches_from(batch_sampler: Iterable[list[Any]], tag: int, look_ahead: bool) -> Iterator[tuple[int, list[Any]]]:
+    """A pass's batches tagged ``tag``, then with ``look_ahead`` (and a ``ShortCycleBatchSampler``) the next
+    epochs', as far as the workers get ahead: what keeps them busy across the epoch boundary. (A function,
+    not a method: the loader holds the stream that holds this generator.)"""
+    yield from ((tag, batch) for batch in batch_sampler)
+    if look_ahead and isinstance(batch_sampler, ShortCycleBatchSampler):
+        yield from _later_epochs(batch_sampler, tag + 1)
+
+
+def _later_epochs(batch_sampler: ShortCycleBatchSampler, first_epoch: int) -> Iterator[tuple[int, list[Any]]]:
+    """The batches of epochs ``first_epoch, first_epoch + 1, ...`` as ``batch_sampler`` will draw them, from
+    copies set to those epochs (the sampler itself is left as it is)."""
+    for epoch in itertools.count(first_epoch):
+        ahead = copy.copy(batch_sampler)
+        ahead.sampler = copy.copy(batch_sampler.sampler)
+        empty = True
+        try:
+            ahead.set_epoch(epoch)
+            for batch in ahead:
+                empty = False
+                yield epoch, batch
+        except Exception:  # noqa: BLE001 -- a plan that does not reach past its last epoch: no look-ahead there
+            return
+        if empty:
+            return
+
+
+def _out_of_slot(piece: dict[str, Any], slots: BatchSlots) -> dict[str, Any]:
+    """A chunk whose clips lie in a slot, with views of them there instead (copied by the join)."""
+    placed = piece["video"]
+    if not isinstance(placed, InSlot):
+        return piece
+    views = slots.views(placed)
+    return {**piece, "video": views if placed.pathways else views[0]}
+
+
+def plan_slot_bytes(plan: GridPlan, slowfast_alpha: int | None = None) -> int:
+    """Bytes of the largest batch of RGB uint8 clips over every grid ``plan`` serves (its epoch spans' cycles)."""
+    grids = {grid for start, _ in plan.epoch_spans() for grid in plan.cycle_at(start)}
+    return slot_bytes_for(((g.batch_size, g.num_frames, g.crop_size) for g in grids), slowfast_alpha=slowfast_alpha)
 
 
 def join_batches(batches: list[dict[str, Any]], pin_memory: bool = False) -> dict[str, Any]:
     """Concatenate collated batches (``collate_clips`` dicts) along the batch dimension.
 
     Tensors are concatenated (video, its pathways, labels, indices, views), lists of paths
-    chained, JPEG clips gathered into one :class:`EncodedBatch`.
+    chained, JPEG clips gathered into one :class:`EncodedBatch`. Always new tensors, also for one batch.
     """
     joined: dict[str, Any] = {}
     for key, first in batches[0].items():
@@ -414,12 +585,22 @@ class SmallByValue:
 
     def __init__(self, collate_fn: Callable[[list[Any]], Any]) -> None:
         self.collate_fn = collate_fn
+        self.slots: BatchSlots | None = None  # set by the loader: where ``collate_clips`` batches go
 
-    def __call__(self, samples: list[Any]) -> Any:
-        batch = self.collate_fn(samples)
+    def __call__(self, samples: list[Any] | FetchedChunk) -> Any:
+        batch = self._collate(samples)
         if not isinstance(batch, dict) or get_worker_info() is None:
             return batch
         return {key: _ByValue(value) if _small(value) else value for key, value in batch.items()}
+
+    def _collate(self, samples: list[Any] | FetchedChunk) -> Any:
+        if not isinstance(samples, FetchedChunk):
+            return self.collate_fn(samples)
+        if self.slots is not None and self.collate_fn is collate_clips and get_worker_info() is not None:
+            placed = self.slots.write([s["video"] for s in samples.samples], samples.task)
+            if placed is not None:
+                return collate_clips(samples.samples, video=placed)
+        return self.collate_fn(samples.samples)
 
 
 def _small(value: Any) -> bool:
