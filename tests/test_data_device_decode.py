@@ -69,6 +69,26 @@ def test_decodes_like_pillow(fresh_decoder: None) -> None:
         assert torch.equal(image, torch.from_numpy(expected.copy()).permute(2, 0, 1))
 
 
+def test_a_large_cpu_batch_is_decoded_by_several_threads_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = [jpeg_bytes(seed, 90) for seed in range(96)]
+    monkeypatch.setattr(device_decode, "CPU_DECODE_THREADS", 1)
+    one_thread = decode_jpegs(data, "cpu")
+    monkeypatch.setattr(device_decode, "CPU_DECODE_THREADS", 3)
+    threads: set[str] = set()
+    decode = device_decode._decoder()[1]
+
+    def recording(files: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+        import threading
+
+        threads.add(threading.current_thread().name)
+        return decode(files, device)
+
+    monkeypatch.setattr(device_decode, "_decoder", lambda: ("recording", recording))
+    split = decode_jpegs(data, "cpu")
+    assert len(threads) == 3 and all(name.startswith("multigrid-jpeg") for name in threads)
+    assert len(split) == len(one_thread) and all(torch.equal(a, b) for a, b in zip(split, one_thread))
+
+
 @pytest.mark.skipif(not torchcodec_loads, reason="torchcodec is not installed or does not load with this torch")
 def test_torchcodec_is_used_when_it_loads(fresh_decoder: None) -> None:
     assert jpeg_decoder() == "torchcodec"

@@ -26,8 +26,10 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import os
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import torch
@@ -369,7 +371,27 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[t
         uint8 tensors ``(3, H, W)`` on ``device``, one per file, turned upright by the file's EXIF
         orientation tag where it has one (with torchcodec and with torchvision alike).
     """
-    return _decoder()[1](data, torch.device(device))
+    device = torch.device(device)
+    decode = _decoder()[1]
+    threads = min(CPU_DECODE_THREADS, len(data) // MIN_FILES_PER_THREAD) if device.type == "cpu" else 1
+    if threads <= 1:
+        return decode(data, device)
+    # On a CPU the decoder loops over the files in one thread; its call releases the GIL, so the
+    # files are split over threads (in this mode the workers only read bytes: the cores are free).
+    size = -(-len(data) // threads)
+    parts = _cpu_pool(os.getpid(), CPU_DECODE_THREADS).map(lambda start: decode(data[start : start + size], device), range(0, len(data), size))
+    return [image for part in parts for image in part]
+
+
+# Threads that decode one batch's JPEG files on a CPU, and the fewest files worth a thread.
+CPU_DECODE_THREADS = min(4, os.cpu_count() or 1)
+MIN_FILES_PER_THREAD = 32
+
+
+@functools.cache
+def _cpu_pool(pid: int, threads: int) -> ThreadPoolExecutor:
+    """The process's decode threads (per process id: a forked child gets its own, not its parent's dead ones)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="multigrid-jpeg")
 
 
 def jpeg_decoder() -> str:
