@@ -379,7 +379,8 @@ def decode_jpegs(data: list[torch.Tensor], device: torch.device | str) -> list[t
     # On a CPU the decoder loops over the files in one thread; its call releases the GIL, so the
     # files are split over threads (in this mode the workers only read bytes: the cores are free).
     size = -(-len(data) // threads)
-    parts = _cpu_pool(os.getpid(), CPU_DECODE_THREADS).map(lambda start: decode(data[start : start + size], device), range(0, len(data), size))
+    pool = _cpu_pool(os.getpid(), CPU_DECODE_THREADS)
+    parts = pool.map(lambda start: decode(data[start : start + size], device), range(0, len(data), size))
     return [image for part in parts for image in part]
 
 
