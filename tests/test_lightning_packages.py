@@ -95,22 +95,6 @@ def test_the_callback_works_with_a_trainer_of_the_other_package(synthetic_datase
         batch_size=2, num_frames=4, crop_size=32, sampling_rate=2, num_workers=0,
     )
 
-    class UsersData(other.LightningDataModule):
-        base_shape = property(lambda self: inner.base_shape)
-        clip_sampling = property(lambda self: inner.clip_sampling)
-
-        def serve(self, plan):
-            inner.serve(plan)
-
-        def setup(self, stage):
-            inner.setup(stage)
-
-        def train_dataloader(self):
-            return inner.train_dataloader()
-
-        def on_after_batch_transfer(self, batch, dataloader_idx):
-            return inner.on_after_batch_transfer(batch, dataloader_idx)
-
     class UsersNet(other.LightningModule):
         def __init__(self):
             super().__init__()
@@ -136,7 +120,7 @@ def test_the_callback_works_with_a_trainer_of_the_other_package(synthetic_datase
     trainer = other.Trainer(
         max_epochs=2, callbacks=[callback], logger=False, enable_checkpointing=False, enable_progress_bar=False
     )
-    trainer.fit(model, datamodule=UsersData())
+    trainer.fit(model, datamodule=users_datamodule(other, inner))
     assert callback.schedule is not None and trainer.current_epoch == callback.schedule.max_epochs
     assert len({shape[2:] for shape in model.shapes}) > 1  # the grids changed: the schedule was served
 
@@ -144,6 +128,28 @@ def test_the_callback_works_with_a_trainer_of_the_other_package(synthetic_datase
 # ---------------------------------------------------------------------------- issue 41, item 4
 
 BOTH = pytest.mark.skipif(len(INSTALLED) < 2, reason="needs both Lightning packages (lightning >= 2.6 installs both)")
+
+
+def users_datamodule(other, inner):
+    """A user's DataModule of the ``other`` package that serves through ``inner`` (ours)."""
+
+    class UsersData(other.LightningDataModule):
+        base_shape = property(lambda self: inner.base_shape)
+        clip_sampling = property(lambda self: inner.clip_sampling)
+
+        def serve(self, plan):
+            inner.serve(plan)
+
+        def setup(self, stage):
+            inner.setup(stage)
+
+        def train_dataloader(self):
+            return inner.train_dataloader()
+
+        def on_after_batch_transfer(self, batch, dataloader_idx):
+            return inner.on_after_batch_transfer(batch, dataloader_idx)
+
+    return UsersData()
 
 
 def _other_package():
@@ -165,22 +171,6 @@ def test_a_module_of_the_other_package_without_forward_skips_the_preflight(synth
         sampling_rate=2, num_workers=0,
     )
 
-    class UsersData(other.LightningDataModule):
-        base_shape = property(lambda self: inner.base_shape)
-        clip_sampling = property(lambda self: inner.clip_sampling)
-
-        def serve(self, plan):
-            inner.serve(plan)
-
-        def setup(self, stage):
-            inner.setup(stage)
-
-        def train_dataloader(self):
-            return inner.train_dataloader()
-
-        def on_after_batch_transfer(self, batch, dataloader_idx):
-            return inner.on_after_batch_transfer(batch, dataloader_idx)
-
     class NoForward(other.LightningModule):  # training_step calls its layers itself
         def __init__(self):
             super().__init__()
@@ -195,7 +185,7 @@ def test_a_module_of_the_other_package_without_forward_skips_the_preflight(synth
     callback = MultigridCallback(precise_bn_batches=0)  # preflight on (the default)
     trainer = other.Trainer(max_epochs=2, callbacks=[callback], logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False)
-    trainer.fit(NoForward(), datamodule=UsersData())
+    trainer.fit(NoForward(), datamodule=users_datamodule(other, inner))
     assert callback.schedule is not None and trainer.current_epoch == callback.schedule.max_epochs
 
 
