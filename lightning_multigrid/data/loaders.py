@@ -386,7 +386,7 @@ class ChunkedDataLoader(DataLoader):
         self._running: Any = None  # the DataLoader's iterator the passes draw from
         self._passes = 0
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
-        self._carried: CarriedBatch | None = None  # the next pass's first batch, decoding since this pass's end
+        self._carried: CarriedBatches | None = None  # the next pass's first batches, decoding since this pass's end
 
     def _batch_slots(self, slot_bytes: int | None) -> BatchSlots | None:
         """The slots (memory allocated when the workers start): batches in flight at most, plus the one
@@ -449,18 +449,18 @@ class ChunkedDataLoader(DataLoader):
         stream, tag, iterator, _ = self._open_pass(None)
         yield from self._host_batches(stream, tag, iterator, carry=False)
 
-    def _open_pass(self, carried: CarriedBatch | None) -> tuple[TaskStream, int, Any, Decoding | None]:
+    def _open_pass(self, carried: CarriedBatches | None) -> tuple[TaskStream, int, Any, list[Decoding]]:
         """The pass's stream, tag and DataLoader iterator: the running one when what was cut ahead (and
-        ``carried``, the batch decoded ahead) is this pass's start, else a restarted one."""
+        ``carried``, the batches decoded ahead) is this pass's start, else a restarted one."""
         stream = self._index_sampler
         tag = self._pass_tag()
         if self._carry_on(stream, tag, carried):
-            return stream, tag, self._running, carried.decoding if carried is not None else None
-        return stream, tag, self._restart(stream, tag), None
+            return stream, tag, self._running, carried.decodings if carried is not None else []
+        return stream, tag, self._restart(stream, tag), []
 
     def _host_batches(self, stream: TaskStream, tag: int, iterator: Any, carry: bool) -> Iterator[Any]:
-        """The pass's batches from the workers; with ``carry``, then the next pass's first batch is
-        started decoding (:class:`CarriedBatch`) while this pass's last ones train."""
+        """The pass's batches from the workers; with ``carry``, then the next pass's first batches are
+        started decoding (:class:`CarriedBatches`) while this pass's last ones train."""
         # Pending is empty only once nothing is left to cut: the iterator asks for a task after every result.
         while stream.pending and stream.pending[0].tag == tag:
             pieces = [next(iterator) for _ in range(stream.pending[0].parts)]
@@ -470,9 +470,13 @@ class ChunkedDataLoader(DataLoader):
             next(iterator, None)  # the DataLoader ends its pass (workers that do not persist stop now)
         elif carry and self._running is iterator and stream.pending[0].tag == tag + 1:
             assert self.decode_ahead is not None
-            cut = stream.pending.popleft()
-            batch = self._join([next(iterator) for _ in range(cut.parts)])
-            self._carried = CarriedBatch(cut.tag, cut.requests, self.decode_ahead.start(batch))
+            # As many as the next pass needs before its first step: Lightning fetches one batch ahead of
+            # the step, and the decode thread runs `depth` batches ahead of that.
+            cuts: list[CutBatch] = []
+            while stream.pending and stream.pending[0].tag == tag + 1 and len(cuts) < self.decode_ahead.depth + 1:
+                cuts.append(stream.pending.popleft())
+            batches = [self._join([next(iterator) for _ in range(cut.parts)]) for cut in cuts]
+            self._carried = CarriedBatches(tag + 1, [cut.requests for cut in cuts], self.decode_ahead.start(batches))
 
     def _restart(self, stream: TaskStream, tag: int) -> Any:
         """Start the pass from its first batch: the workers' tasks still in flight are taken back first."""
@@ -489,7 +493,7 @@ class ChunkedDataLoader(DataLoader):
         self._passes += 1
         return -self._passes
 
-    def _carry_on(self, stream: TaskStream, tag: int, carried: CarriedBatch | None = None) -> bool:
+    def _carry_on(self, stream: TaskStream, tag: int, carried: CarriedBatches | None = None) -> bool:
         """Whether the tasks already cut ahead (the look-ahead; ``carried`` first, taken from them) are this
         pass's first batches: then the pass takes their results, and the stream cuts on from after them."""
         if stream.dry or self._running is None or self._running is not self._iterator:
@@ -497,7 +501,7 @@ class ChunkedDataLoader(DataLoader):
         if carried is not None and carried.tag != tag:
             return False  # decoded ahead for another epoch than this one
         batches = _batches_from(self.batch_sampler, tag, look_ahead=True)  # type: ignore[arg-type]
-        expected = ([carried.requests] if carried is not None else []) + [cut.requests for cut in stream.pending]
+        expected = (carried.requests if carried is not None else []) + [cut.requests for cut in stream.pending]
         ahead = list(itertools.islice(batches, len(expected)))
         if [batch for _, batch in ahead] != expected:
             return False  # an abandoned epoch's rest, or another epoch than looked ahead to
@@ -517,13 +521,13 @@ class ChunkedDataLoader(DataLoader):
                 self._slots.release(slot)
 
 
-class CarriedBatch(NamedTuple):
-    """The next pass's first batch, taken from the look-ahead and decoding on the device while the pass
-    before it ends: the next pass starts with it when it draws exactly its clips (else it is dropped)."""
+class CarriedBatches(NamedTuple):
+    """The next pass's first batches, taken from the look-ahead and decoding on the device while the pass
+    before it ends: the next pass starts with them when it draws exactly their clips (else they are dropped)."""
 
     tag: int
-    requests: list[Any]
-    decoding: Decoding
+    requests: list[list[Any]]
+    decodings: list[Decoding]
 
 
 def _batches_from(batch_sampler: Iterable[list[Any]], tag: int, look_ahead: bool) -> Iterator[tuple[int, list[Any]]]:

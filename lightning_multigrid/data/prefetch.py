@@ -38,7 +38,7 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -82,17 +82,17 @@ class DecodeAhead:
             raise ValueError(f"`depth` (batches decoded ahead) must be 1 or 2, got {self.depth!r}: more only holds memory.")
         object.__setattr__(self, "device", torch.device(self.device))
 
-    def iterate(self, batches: Iterable[dict[str, Any]], started: Decoding | None = None) -> Iterator[dict[str, Any]]:
+    def iterate(self, batches: Iterable[dict[str, Any]], started: Sequence[Decoding] = ()) -> Iterator[dict[str, Any]]:
         """``batches`` decoded on :attr:`device`, in order; the thread stops when this iterator ends or is closed.
 
         Only JPEG batches (:func:`~lightning_multigrid.data.transfer.is_encoded`) are decoded, and the
         thread starts at the first one; a batch the reader returned decoded passes through as it is.
-        ``started``: a batch :meth:`start` is already decoding, handed out first (the pass's first
-        batch, decoded while the pass before it ended).
+        ``started``: batches :meth:`start` is already decoding, handed out first (the pass's first
+        batches, decoded while the pass before it ended).
         """
         executor: ThreadPoolExecutor | None = None  # started at the first encoded batch
         side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        pending: deque[Decoding] = deque([started] if started is not None else [])
+        pending: deque[Decoding] = deque(started)
         try:
             for batch in batches:  # the host batches are pulled here, in the consuming thread
                 if is_encoded(batch):
@@ -109,16 +109,15 @@ class DecodeAhead:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
 
-    def start(self, batch: dict[str, Any]) -> Decoding:
-        """Start decoding ``batch`` now, in a thread of its own that ends with it; for :meth:`iterate`'s ``started``."""
-        if not is_encoded(batch):
-            return _done((batch, None))
+    def start(self, batches: Sequence[dict[str, Any]]) -> list[Decoding]:
+        """Start decoding ``batches`` now, in order, in a thread of their own that ends with them; for
+        :meth:`iterate`'s ``started``."""
         executor = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME)
         side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         try:
-            return executor.submit(self._decode, batch, side)
+            return [executor.submit(self._decode, b, side) if is_encoded(b) else _done((b, None)) for b in batches]
         finally:
-            executor.shutdown(wait=False)  # the thread ends after this one decode
+            executor.shutdown(wait=False)  # the thread ends after these decodes
 
     def _decode(self, batch: dict[str, Any], side: torch.cuda.Stream | None) -> tuple[dict[str, Any], torch.cuda.Event | None]:
         """In the background thread: decode on the side stream and mark where the work ends."""
