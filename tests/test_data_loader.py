@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +11,12 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader, SmallByValue, TaskStream, chunk, join_batches
+from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.data.transfer import BatchTransfer
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
@@ -188,3 +192,32 @@ def test_the_next_epoch_is_decoded_ahead_and_served_unchanged(synthetic_dataset:
     next(iter(loader))
     assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in list(plain)]
     assert starts == [0, 5, 6, 6]
+
+
+def test_the_next_epochs_first_batch_is_decoded_on_the_device_while_an_epoch_ends(
+    synthetic_frames: tuple[Path, Path],
+) -> None:
+    dataset = TrainVideoDataset(synthetic_frames[0], ReaderSettings(frame_decode="device"), flip=False)
+    transfer, cpu = BatchTransfer(), torch.device("cpu")
+    batch_sampler = make_batch_sampler(dataset)
+    loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler, num_workers=2, collate_fn=collate_clips,
+                               persistent_workers=True, decode_ahead=DecodeAhead(transfer.decode, cpu))
+    plain = DataLoader(dataset, batch_sampler=make_batch_sampler(dataset), collate_fn=collate_clips)
+    carried = None
+    for epoch in (0, 1, 2, 5):  # 5: not the epoch decoded ahead to (its batch is dropped, the pass starts over)
+        batch_sampler.set_epoch(epoch)
+        plain.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+        expected = list(plain)
+        for batch in expected:
+            transfer.decode(batch, cpu)
+        got = list(loader)
+        if carried is not None and carried.tag == epoch:  # the pass began with the batches decoded ahead
+            assert 1 <= len(carried.decodings) <= 2  # up to the decode depth plus the batch Lightning fetches ahead
+            assert all(got[k] is decoding.result()[0] for k, decoding in enumerate(carried.decodings))
+        assert [b["index"].tolist() for b in got] == [b["index"].tolist() for b in expected]
+        for ours, theirs in zip(got, expected, strict=True):
+            assert torch.equal(ours["video"], theirs["video"]) and torch.equal(ours["label"], theirs["label"])
+        carried = loader._carried
+        assert carried is not None and carried.tag == epoch + 1  # started while this epoch's last batches trained
+    loader.close()
+    assert loader._carried is None

@@ -51,7 +51,7 @@ from lightning_multigrid._internals import shutdown_loader_workers
 from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, FetchedChunk, InSlot, slot_bytes_for
 from lightning_multigrid.data.dataset import collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
-from lightning_multigrid.data.prefetch import DecodeAhead
+from lightning_multigrid.data.prefetch import DecodeAhead, Decoding
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import GridPlan, GridShape
 
@@ -386,6 +386,7 @@ class ChunkedDataLoader(DataLoader):
         self._running: Any = None  # the DataLoader's iterator the passes draw from
         self._passes = 0
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
+        self._carried: CarriedBatches | None = None  # the next pass's first batches, decoding since this pass's end
 
     def _batch_slots(self, slot_bytes: int | None) -> BatchSlots | None:
         """The slots (memory allocated when the workers start): batches in flight at most, plus the one
@@ -421,14 +422,22 @@ class ChunkedDataLoader(DataLoader):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         # A new pass (next epoch, or a reset) first ends the last one's decode thread: the
         # persistent workers' iterator is shared between passes.
+        carried, self._carried = self._carried, None
         self.close()
         if self.decode_ahead is None:
             return self._whole_batches()
-        self._pass = self.decode_ahead.iterate(self._whole_batches())
+        if self.num_workers < 1:
+            self._pass = self.decode_ahead.iterate(super().__iter__())
+            return self._pass
+        # Opened now, not at the first batch: whether the batch decoded since the last pass ended is
+        # this pass's first decides what the decode thread starts with.
+        stream, tag, iterator, started = self._open_pass(carried)
+        self._pass = self.decode_ahead.iterate(self._host_batches(stream, tag, iterator, carry=True), started)
         return self._pass
 
     def close(self) -> None:
         """End the running pass's decode-ahead thread (no-op without one): at teardown, or when abandoned."""
+        self._carried = None
         if self._pass is not None:
             self._pass.close()  # type: ignore[attr-defined]  # a generator
             self._pass = None
@@ -437,9 +446,21 @@ class ChunkedDataLoader(DataLoader):
         if self.num_workers < 1:
             yield from super().__iter__()
             return
+        stream, tag, iterator, _ = self._open_pass(None)
+        yield from self._host_batches(stream, tag, iterator, carry=False)
+
+    def _open_pass(self, carried: CarriedBatches | None) -> tuple[TaskStream, int, Any, list[Decoding]]:
+        """The pass's stream, tag and DataLoader iterator: the running one when what was cut ahead (and
+        ``carried``, the batches decoded ahead) is this pass's start, else a restarted one."""
         stream = self._index_sampler
         tag = self._pass_tag()
-        iterator = self._running if self._carry_on(stream, tag) else self._restart(stream, tag)
+        if self._carry_on(stream, tag, carried):
+            return stream, tag, self._running, carried.decodings if carried is not None else []
+        return stream, tag, self._restart(stream, tag), []
+
+    def _host_batches(self, stream: TaskStream, tag: int, iterator: Any, carry: bool) -> Iterator[Any]:
+        """The pass's batches from the workers; with ``carry``, then the next pass's first batches are
+        started decoding (:class:`CarriedBatches`) while this pass's last ones train."""
         # Pending is empty only once nothing is left to cut: the iterator asks for a task after every result.
         while stream.pending and stream.pending[0].tag == tag:
             pieces = [next(iterator) for _ in range(stream.pending[0].parts)]
@@ -447,6 +468,15 @@ class ChunkedDataLoader(DataLoader):
             yield self._join(pieces)
         if not stream.pending:
             next(iterator, None)  # the DataLoader ends its pass (workers that do not persist stop now)
+        elif carry and self._running is iterator and stream.pending[0].tag == tag + 1:
+            assert self.decode_ahead is not None
+            # As many as the next pass needs before its first step: Lightning fetches one batch ahead of
+            # the step, and the decode thread runs `depth` batches ahead of that.
+            cuts: list[CutBatch] = []
+            while stream.pending and stream.pending[0].tag == tag + 1 and len(cuts) < self.decode_ahead.depth + 1:
+                cuts.append(stream.pending.popleft())
+            batches = [self._join([next(iterator) for _ in range(cut.parts)]) for cut in cuts]
+            self._carried = CarriedBatches(tag + 1, [cut.requests for cut in cuts], self.decode_ahead.start(batches))
 
     def _restart(self, stream: TaskStream, tag: int) -> Any:
         """Start the pass from its first batch: the workers' tasks still in flight are taken back first."""
@@ -463,14 +493,17 @@ class ChunkedDataLoader(DataLoader):
         self._passes += 1
         return -self._passes
 
-    def _carry_on(self, stream: TaskStream, tag: int) -> bool:
-        """Whether the tasks already cut ahead (the look-ahead) are this pass's first batches: then the pass
-        takes their results, and the stream cuts on from after them."""
+    def _carry_on(self, stream: TaskStream, tag: int, carried: CarriedBatches | None = None) -> bool:
+        """Whether the tasks already cut ahead (the look-ahead; ``carried`` first, taken from them) are this
+        pass's first batches: then the pass takes their results, and the stream cuts on from after them."""
         if stream.dry or self._running is None or self._running is not self._iterator:
             return False  # nothing ahead, or the workers were stopped (teardown)
+        if carried is not None and carried.tag != tag:
+            return False  # decoded ahead for another epoch than this one
         batches = _batches_from(self.batch_sampler, tag, look_ahead=True)  # type: ignore[arg-type]
-        ahead = list(itertools.islice(batches, len(stream.pending)))
-        if [batch for _, batch in ahead] != [cut.requests for cut in stream.pending]:
+        expected = (carried.requests if carried is not None else []) + [cut.requests for cut in stream.pending]
+        ahead = list(itertools.islice(batches, len(expected)))
+        if [batch for _, batch in ahead] != expected:
             return False  # an abandoned epoch's rest, or another epoch than looked ahead to
         stream.follow(batches)
         return True
@@ -486,6 +519,15 @@ class ChunkedDataLoader(DataLoader):
         finally:
             for slot in placed:
                 self._slots.release(slot)
+
+
+class CarriedBatches(NamedTuple):
+    """The next pass's first batches, taken from the look-ahead and decoding on the device while the pass
+    before it ends: the next pass starts with them when it draws exactly their clips (else they are dropped)."""
+
+    tag: int
+    requests: list[list[Any]]
+    decodings: list[Decoding]
 
 
 def _batches_from(batch_sampler: Iterable[list[Any]], tag: int, look_ahead: bool) -> Iterator[tuple[int, list[Any]]]:

@@ -38,7 +38,7 @@ Example::
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -48,11 +48,13 @@ import torch
 from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.data.transfer import is_encoded
 
-__all__ = ["THREAD_NAME", "DecodeAhead"]
+__all__ = ["THREAD_NAME", "DecodeAhead", "Decoding"]
 
 THREAD_NAME = "multigrid-decode-ahead"
 
 Decode = Callable[[dict[str, Any], torch.device], None]
+# A batch being decoded: the batch and the CUDA event after its last kernel (``None`` off CUDA).
+Decoding = Future[tuple[dict[str, Any], torch.cuda.Event | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +82,17 @@ class DecodeAhead:
             raise ValueError(f"`depth` (batches decoded ahead) must be 1 or 2, got {self.depth!r}: more only holds memory.")
         object.__setattr__(self, "device", torch.device(self.device))
 
-    def iterate(self, batches: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    def iterate(self, batches: Iterable[dict[str, Any]], started: Sequence[Decoding] = ()) -> Iterator[dict[str, Any]]:
         """``batches`` decoded on :attr:`device`, in order; the thread stops when this iterator ends or is closed.
 
         Only JPEG batches (:func:`~lightning_multigrid.data.transfer.is_encoded`) are decoded, and the
         thread starts at the first one; a batch the reader returned decoded passes through as it is.
+        ``started``: batches :meth:`start` is already decoding, handed out first (the pass's first
+        batches, decoded while the pass before it ended).
         """
         executor: ThreadPoolExecutor | None = None  # started at the first encoded batch
         side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        pending: deque[Future[tuple[dict[str, Any], torch.cuda.Event | None]]] = deque()
+        pending: deque[Decoding] = deque(started)
         try:
             for batch in batches:  # the host batches are pulled here, in the consuming thread
                 if is_encoded(batch):
@@ -105,6 +109,16 @@ class DecodeAhead:
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
 
+    def start(self, batches: Sequence[dict[str, Any]]) -> list[Decoding]:
+        """Start decoding ``batches`` now, in order, in a thread of their own that ends with them; for
+        :meth:`iterate`'s ``started``."""
+        executor = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME)
+        side = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        try:
+            return [executor.submit(self._decode, b, side) if is_encoded(b) else _done((b, None)) for b in batches]
+        finally:
+            executor.shutdown(wait=False)  # the thread ends after these decodes
+
     def _decode(self, batch: dict[str, Any], side: torch.cuda.Stream | None) -> tuple[dict[str, Any], torch.cuda.Event | None]:
         """In the background thread: decode on the side stream and mark where the work ends."""
         if side is None:
@@ -116,7 +130,7 @@ class DecodeAhead:
             done.record(side)
         return batch, done
 
-    def _ready(self, future: Future[tuple[dict[str, Any], torch.cuda.Event | None]]) -> dict[str, Any]:
+    def _ready(self, future: Decoding) -> dict[str, Any]:
         """In the training thread: the decoded batch, safe to use on the current stream (raises the thread's error)."""
         batch, done = future.result()
         if done is not None:
@@ -127,8 +141,8 @@ class DecodeAhead:
         return batch
 
 
-def _done(result: tuple[dict[str, Any], None]) -> Future[tuple[dict[str, Any], torch.cuda.Event | None]]:
-    future: Future[tuple[dict[str, Any], torch.cuda.Event | None]] = Future()
+def _done(result: tuple[dict[str, Any], None]) -> Decoding:
+    future: Decoding = Future()
     future.set_result(result)
     return future
 
