@@ -36,7 +36,6 @@ __all__ = [
 ]
 
 # The variable and the rules live in `_package_choice` (no Lightning import), which the command line reads first.
-_TRAINER_MODULE = TRAINER_MODULE
 
 PACKAGE = choose_package(os.environ, sys.modules)
 # Why, for messages: the rule of the module docstring that chose it.
@@ -56,7 +55,7 @@ if TYPE_CHECKING:  # one set of names for the type checker; both packages are un
     from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
     from pytorch_lightning.utilities.exceptions import MisconfigurationException
 else:
-    pl = importlib.import_module(_TRAINER_MODULE[PACKAGE])
+    pl = importlib.import_module(TRAINER_MODULE[PACKAGE])
     Callback = pl.Callback
     LayerSync = pl.plugins.LayerSync
     TorchSyncBatchNorm = pl.plugins.layer_sync.TorchSyncBatchNorm
@@ -66,7 +65,7 @@ else:
 
 # Lightning's rank-zero messages go through one of these loggers (the Trainer's, or Fabric's under it).
 _FABRIC_MODULE = "lightning.fabric" if PACKAGE == "lightning" else "lightning_fabric"
-RANK_ZERO_LOGGERS = (f"{_TRAINER_MODULE[PACKAGE]}.utilities.rank_zero", f"{_FABRIC_MODULE}.utilities.rank_zero")
+RANK_ZERO_LOGGERS = (f"{TRAINER_MODULE[PACKAGE]}.utilities.rank_zero", f"{_FABRIC_MODULE}.utilities.rank_zero")
 
 
 def either_package(name: str) -> tuple[type, ...]:
@@ -74,7 +73,7 @@ def either_package(name: str) -> tuple[type, ...]:
     each Lightning package the process has imported, for ``isinstance`` checks on the user's objects: a
     package not imported made none of them, and is not imported here."""
     found = []
-    for module_name in _TRAINER_MODULE.values():
+    for module_name in TRAINER_MODULE.values():
         obj: Any = sys.modules.get(module_name)
         for part in name.split(".") if obj is not None else ():
             obj = getattr(obj, part, None)
@@ -88,7 +87,7 @@ def package_of(obj: object) -> str | None:
     (``trainer``: its ``Trainer``); ``None`` for neither."""
     for klass in type(obj).__mro__:
         top = klass.__module__.split(".")[0]
-        if top in _TRAINER_MODULE and klass.__module__.startswith(_TRAINER_MODULE[top]):
+        if top in TRAINER_MODULE and klass.__module__.startswith(TRAINER_MODULE[top]):
             return top
     return None
 
@@ -101,14 +100,14 @@ def warn_if_the_other_package_is_imported(owner: object) -> None:
     default (neither imported yet): ``owner``, built on the chosen package's class, will not train under the
     other's Trainer. Said when the object is built, before any Trainer is."""
     global _warned_other_package
-    other = next(name for name in _TRAINER_MODULE if name != PACKAGE)
+    other = next(name for name in TRAINER_MODULE if name != PACKAGE)
     if _warned_other_package or not _CHOSEN_BY_DEFAULT or other not in sys.modules:
         return
     _warned_other_package = True
     rank_zero_warn(
-        f"`{_TRAINER_MODULE[other]}` was imported after lightning_multigrid, which uses `{PACKAGE}` in this process "
-        f"(chosen by {_CHOSEN_BY}): {type(owner).__name__} works only with `{_TRAINER_MODULE[PACKAGE]}.Trainer`. "
-        f"To train with `{_TRAINER_MODULE[other]}.Trainer`, import `{other}` before lightning_multigrid or set "
+        f"`{TRAINER_MODULE[other]}` was imported after lightning_multigrid, which uses `{PACKAGE}` in this process "
+        f"(chosen by {_CHOSEN_BY}): {type(owner).__name__} works only with `{TRAINER_MODULE[PACKAGE]}.Trainer`. "
+        f"To train with `{TRAINER_MODULE[other]}.Trainer`, import `{other}` before lightning_multigrid or set "
         f"`{ENV_VAR}={other}`."
     )
 
@@ -127,17 +126,17 @@ def check_trainer_package(owner: object, trainer: object) -> None:
         return
     name = type(owner).__name__
     raise TypeError(
-        f"{name} is a `{_TRAINER_MODULE[PACKAGE]}` class and the Trainer is `{_TRAINER_MODULE[theirs]}`'s: a "
+        f"{name} is a `{TRAINER_MODULE[PACKAGE]}` class and the Trainer is `{TRAINER_MODULE[theirs]}`'s: a "
         f"Trainer takes only its own package's modules. lightning_multigrid uses `{PACKAGE}` in this process, "
         f"chosen by {_CHOSEN_BY}. Import `{theirs}` before lightning_multigrid (e.g. `import "
-        f"{_TRAINER_MODULE[theirs]} as pl` first), or set `{ENV_VAR}={theirs}` in the environment; or use "
-        f"`{_TRAINER_MODULE[PACKAGE]}.Trainer`."
+        f"{TRAINER_MODULE[theirs]} as pl` first), or set `{ENV_VAR}={theirs}` in the environment; or use "
+        f"`{TRAINER_MODULE[PACKAGE]}.Trainer`."
     )
 
 
 def submodule(name: str) -> ModuleType:
     """``<package>.<name>`` of the chosen package, e.g. ``submodule("cli")`` (not imported by the package itself)."""
-    return importlib.import_module(f"{_TRAINER_MODULE[PACKAGE]}.{name}")
+    return importlib.import_module(f"{TRAINER_MODULE[PACKAGE]}.{name}")
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ collate function, encoded clips, a batch larger than a slot, no free slot) goes 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -134,7 +135,7 @@ class BatchSlots:
         out = []
         for offset, dtype_name, shape in placed.layout:
             dtype = getattr(torch, dtype_name)
-            numel = placed.batch_size * _numel(shape)
+            numel = placed.batch_size * math.prod(shape)
             region = buffer[offset : offset + numel * dtype.itemsize].view(dtype).view(placed.batch_size, *shape)
             out.append(region[placed.start : placed.start + placed.num_clips])
         return out
@@ -143,13 +144,6 @@ class BatchSlots:
         # Workers started by spawn or forkserver receive the slots once, with the collate function;
         # they never acquire or release.
         return {"num_slots": self.num_slots, "slot_bytes": self.slot_bytes, "buffers": self.buffers, "_free": []}
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for side in shape:
-        count *= side
-    return count
 
 
 def slot_bytes_for(shapes: Iterable[tuple[int, int, int]], channels: int = 3, slowfast_alpha: int | None = None) -> int:
