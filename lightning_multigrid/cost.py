@@ -38,7 +38,10 @@ from lightning_multigrid.config import ClipCost, MultigridConfig
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
 
-__all__ = ["FLOP_BATCH_SIZE", "implausible_costs_warning", "measure_backbone_costs", "measure_clip_costs"]
+__all__ = [
+    "FLOP_BATCH_SIZE", "fastest_seconds", "implausible_costs_warning", "measure_backbone_costs", "measure_clip_costs",
+    "model_kept",
+]
 
 # Clips per FLOP count: FLOPs grow linearly with the batch, and two clips keep BatchNorm in train
 # mode defined where a layer sees one value per channel and clip.
@@ -96,7 +99,7 @@ def measure_clip_costs(
     )
     dtype = parameter.dtype if parameter is not None and parameter.is_floating_point() else torch.float32
     costs: list[ClipCost] = []
-    with _model_kept(model, device):
+    with model_kept(model, device):
         for grid in (g for g in grids if distinct.get((g.num_frames, g.crop_size)) is g):
             batch_size = FLOP_BATCH_SIZE if method == "flops" else grid.batch_size
             inputs = _inputs(batch_size, num_channels, grid, device, dtype, slowfast_alpha)
@@ -117,13 +120,13 @@ def measure_clip_costs(
                     step()
                 cost = counter.get_total_flops() / batch_size
             else:
-                cost = _fastest_seconds(step, device, repeats, warmup, clock) / batch_size
+                cost = fastest_seconds(step, device, repeats, warmup, clock) / batch_size
                 if costs:  # again at the batch this cost sizes the grid to (the base grid is the first)
                     base = grids[0]
                     sized = max(1, round(base.batch_size * costs[0].cost_per_clip / cost))
                     if sized != batch_size:
                         step = partial(step, _inputs(sized, num_channels, grid, device, dtype, slowfast_alpha))
-                        cost = _fastest_seconds(step, device, repeats, warmup, clock) / sized
+                        cost = fastest_seconds(step, device, repeats, warmup, clock) / sized
             costs.append(ClipCost(grid.num_frames, grid.crop_size, float(cost)))
     return tuple(costs)
 
@@ -144,9 +147,11 @@ def _inputs(
     return clip if slowfast_alpha is None else slowfast_pathways(clip, slowfast_alpha)
 
 
-def _fastest_seconds(
+def fastest_seconds(
     step: Callable[[], None], device: torch.device, repeats: int, warmup: int, clock: Callable[[], float]
 ) -> float:
+    """The fastest of ``repeats`` timed calls of ``step`` after ``warmup`` untimed ones (the device synchronised
+    around each): interference from other work only adds time. Shared with :mod:`~lightning_multigrid.memory_format`."""
     for _ in range(warmup):
         step()
     times = []
@@ -165,7 +170,7 @@ def _synchronize(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def _model_kept(model: nn.Module, device: torch.device) -> Iterator[None]:
+def model_kept(model: nn.Module, device: torch.device) -> Iterator[None]:
     """Run in train mode; then put back buffers, gradients, modes and the random generators."""
     buffers = [(buffer, buffer.detach().clone()) for buffer in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]

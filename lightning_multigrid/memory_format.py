@@ -31,7 +31,7 @@ from torch import nn
 
 from lightning_multigrid._lightning import Callback, pl, rank_zero_info
 from lightning_multigrid.batch_grid import video_shapes
-from lightning_multigrid.cost import _fastest_seconds, _model_kept
+from lightning_multigrid.cost import fastest_seconds, model_kept
 
 __all__ = ["LAYOUTS", "GridMemoryFormat", "convert_memory_format", "time_memory_formats"]
 
@@ -85,7 +85,7 @@ def time_memory_formats(
     was_channels_last = _is_channels_last(model)
     seconds: dict[str, float] = {}
     try:
-        with _model_kept(model, device):
+        with model_kept(model, device):
             for layout, memory_format in LAYOUTS.items():
                 convert_memory_format(model, layout)
                 clips = [torch.randn(shape, device=device, dtype=dtype).contiguous(memory_format=memory_format) for shape in shapes]
@@ -98,7 +98,7 @@ def time_memory_formats(
                         output.float().sum().backward()
                     model.zero_grad(set_to_none=True)
 
-                seconds[layout] = _fastest_seconds(step, device, repeats, warmup, clock)
+                seconds[layout] = fastest_seconds(step, device, repeats, warmup, clock)
     finally:
         convert_memory_format(model, "channels_last_3d" if was_channels_last else "contiguous")
     return seconds
