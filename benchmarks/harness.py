@@ -1,5 +1,5 @@
-"""What every section of ``benchmarks/gpu.py`` shares: the run's sizes, the time budget and the report,
-the machine's description, and the report's generic Markdown parts.
+"""What the benchmarks share: the run's sizes, the time budget and the report, timing on the device and
+finishing a batch as training would, the machine's description, and the report's generic Markdown parts.
 
 A sibling module of the benchmark scripts: a script run as ``python benchmarks/gpu.py`` has
 ``benchmarks/`` first on ``sys.path``, so ``import harness`` needs no path manipulation.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from lightning_multigrid.data.decoding.device import jpeg_decoder
+from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips, jpeg_decoder
 from lightning_multigrid.schedule import GridShape
 
 
@@ -111,6 +112,44 @@ def grid_rows(report: dict[str, Any], key: str) -> list[dict[str, Any]]:
     """The rows of section ``key`` that hold a grid (none when it failed or was skipped)."""
     section = report.get(key, [])
     return [r for r in section if isinstance(r, dict) and "grid" in r] if isinstance(section, list) else []
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+def synchronize(setup: Setup) -> None:
+    if setup.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def repeat_rate(work: Callable[[Any], int], items: list[Any], setup: Setup) -> float:
+    """Clips/s of ``work`` over ``items`` cycled for ``repeat_seconds`` after one warm-up pass, the
+    device synchronised before the clock is read."""
+    for item in items:
+        work(item)
+    synchronize(setup)
+    start, clips = time.perf_counter(), 0
+    for item in itertools.cycle(items):
+        clips += work(item)
+        if time.perf_counter() - start >= setup.repeat_seconds:
+            synchronize(setup)
+            return clips / (time.perf_counter() - start)
+    raise AssertionError("itertools.cycle is endless")
+
+
+def consume(batch: dict[str, Any], device: str | None) -> int:
+    """Finish a batch as training would and return its clips: encoded clips decoded on ``device`` (the CPU
+    when ``None``), decoded ones moved to ``device`` (left on the host when ``None``), the GPU synchronised."""
+    video = batch["video"]
+    if isinstance(video, EncodedBatch):
+        out = decode_clips(video, device or "cpu")
+    else:
+        out = video[0] if isinstance(video, list) else video
+        if device is not None:
+            out = out.to(device, non_blocking=True)
+    if out.is_cuda:
+        torch.cuda.synchronize()
+    return int(out.shape[0])
 
 
 # ---------------------------------------------------------------------------- the machine

@@ -63,7 +63,6 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,21 +71,22 @@ import numpy as np
 import simplejpeg
 import torch
 import torch.nn.functional as F
+from bench_data import camera_videos
+from grids import Grid, benchmark_schedule, requests_for, selected_grids
+from harness import consume
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_multigrid.data.clip_params import ClipRequest, assemble_clip, distinct_frames, sample_clip_params
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_encoded_clip
 from lightning_multigrid.data.decoding.jpeg import dct_scale, resize_crop
 from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader
 from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
-from lightning_multigrid.data.synthetic import write_video
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
-from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape
 
 
 @dataclass(frozen=True)
@@ -97,85 +97,6 @@ class Source:
     seconds: float
     fps: float
     gop_size: int | None  # None: x264's default (250)
-
-
-@dataclass(frozen=True)
-class Grid:
-    name: str
-    shape: GridShape
-    sampling_rate_range: tuple[float, float]
-    scale_range: tuple[int, int]
-
-
-def schedule_grids(schedule: MultigridSchedule) -> list[Grid]:
-    """The base grid, each other long-cycle shape (coarse to fine), and the coarsest short-cycle grid."""
-    base = schedule.base_shape
-    grids = {base: Grid("base", base, (0.0, 0.0), schedule.jitter_scales_for(base.crop_size))}
-    coarsest: Grid | None = None
-    for stage in schedule.stages:
-        rate = (float(stage.sampling_rate[0]), float(stage.sampling_rate[1]))
-        shape = stage.shape
-        if shape == base:
-            grids[base] = Grid("base", base, rate, grids[base].scale_range)
-        elif shape not in grids:
-            name = f"long {shape.batch_size}x{shape.num_frames}x{shape.crop_size}"
-            grids[shape] = Grid(name, shape, rate, schedule.jitter_scales_for(shape.crop_size))
-        for short in stage.short_cycle:
-            if coarsest is None or short.num_frames * short.crop_size**2 < coarsest.shape.num_frames * coarsest.shape.crop_size**2:
-                coarsest = Grid("coarsest", short, rate, schedule.jitter_scales_for(short.crop_size))
-    ordered = [g for g in grids.values() if g.name != "base"] + [grids[base]]
-    return ([coarsest] if coarsest is not None else []) + ordered
-
-
-def render_camera_video(width: int, height: int, num_frames: int, rng: np.random.Generator) -> np.ndarray:
-    """A panning smooth background with moving textured squares: motion everywhere, like real footage."""
-    margin = num_frames * 4  # pans at most 1.5 px per frame from the middle
-    small = rng.normal(0, 1, ((height + margin) // 8 + 2, (width + margin) // 8 + 2, 3))
-    background = np.kron(small, np.ones((8, 8, 1)))
-    background = (128 + 50 * background).clip(0, 255).astype(np.uint8)
-    vx, vy = rng.uniform(-1.5, 1.5, 2)
-    squares = []
-    for _ in range(3):
-        size = int(rng.integers(height // 8, height // 4))
-        yy, xx = np.mgrid[0:size, 0:size]
-        pattern = ((yy // 4 + xx // 4) % 2).astype(bool)[..., None]
-        patch = np.where(pattern, rng.integers(0, 256, 3), rng.integers(0, 256, 3)).astype(np.uint8)
-        squares.append((patch, rng.uniform(0, width - size), rng.uniform(0, height - size), *rng.uniform(-3, 3, 2)))
-    frames = np.empty((num_frames, height, width, 3), np.uint8)
-    for t in range(num_frames):
-        ox, oy = int(margin / 2 + vx * t), int(margin / 2 + vy * t)
-        frames[t] = background[oy : oy + height, ox : ox + width]
-        for patch, x, y, dx, dy in squares:
-            size = patch.shape[0]
-            px = int(np.clip(x + dx * t, 0, width - size))
-            py = int(np.clip(y + dy * t, 0, height - size))
-            frames[t, py : py + size, px : px + size] = patch
-    return frames
-
-
-def make_videos(directory: Path, source: Source, count: int) -> Path:
-    """Write ``count`` videos and their manifest; returns the manifest."""
-    directory.mkdir(parents=True)
-    lines = []
-    for i in range(count):
-        path = directory / f"{i:03d}.mp4"
-        frames = render_camera_video(source.width, source.height, round(source.seconds * source.fps), np.random.default_rng(i))
-        write_video(path, frames, fps=source.fps, crf=23, preset="veryfast", gop_size=source.gop_size)
-        lines.append(f"{path.name} 0\n")
-    manifest = directory / "train.csv"
-    manifest.write_text("".join(lines))
-    return manifest
-
-
-def requests_for(grid: Grid, num_videos: int, seed: int) -> Iterator[list[ClipRequest]]:
-    """Endless batches at one grid, as the batch sampler makes them (random videos, one seed per clip)."""
-    rng = random.Random(seed)
-    for batch in itertools.count():
-        yield [
-            ClipRequest(rng.randrange(num_videos), grid.shape.num_frames, grid.shape.crop_size, grid.sampling_rate_range,
-                        grid.scale_range, seed=batch * 100_000 + k)
-            for k in range(grid.shape.batch_size)
-        ]
 
 
 def clips_per_second(
@@ -218,22 +139,6 @@ def cpu_seconds(pids: list[int]) -> float | None:
     except (OSError, IndexError, ValueError):
         return None
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def consume(batch: dict[str, Any], device: str | None) -> int:
-    """Finish a batch as training would and return its clips: encoded clips decoded on ``device`` (the CPU
-    when ``None``), decoded ones moved to ``device`` (left on the host when ``None``), the GPU synchronised.
-    The one ``consume`` of the benchmarks (``gpu.py`` imports it)."""
-    video = batch["video"]
-    if isinstance(video, EncodedBatch):
-        out = decode_clips(video, device or "cpu")
-    else:
-        out = video[0] if isinstance(video, list) else video
-        if device is not None:
-            out = out.to(device, non_blocking=True)
-    if out.is_cuda:
-        torch.cuda.synchronize()
-    return int(out.shape[0])
 
 
 class PyTorchVideoClips(Dataset[dict[str, Any]]):
@@ -302,16 +207,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.videos, args.seconds, args.repeat, args.workers, args.read_frames = 2, 0.1, 1, 1, 64
         args.small, args.formats, args.grids, args.decode = "160x120", "frames,store", "base,coarsest", "cpu"
     return args
-
-
-def selected_grids(wanted: str | None) -> list[Grid]:
-    """The benchmark schedule's grids, only those named in ``--grids`` when given."""
-    schedule = build_schedule(MultigridConfig(base=BASE, sampling_rate=4, max_epochs=100, milestones=(50, 80)))
-    grids = schedule_grids(schedule)
-    if wanted:
-        names = wanted.split(",")
-        grids = [g for g in grids if g.name.split()[0] in names]
-    return grids
 
 
 def selected_sources(args: argparse.Namespace) -> list[Source]:
@@ -456,7 +351,7 @@ def measure_cases(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    grids = selected_grids(args.grids)
+    grids = selected_grids(benchmark_schedule(BASE, 4), args.grids.split(",") if args.grids else None)
     sources = selected_sources(args)
     formats = args.formats.split(",")
     decodes = args.decode.split(",") if args.decode else ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -471,7 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for number, source in enumerate(sources):
             started = time.perf_counter()
-            manifest = make_videos(Path(tmp) / f"videos{number}", source, args.videos)
+            manifest = camera_videos(Path(tmp) / f"videos{number}", args.videos, source.width, source.height,
+                                     round(source.seconds * source.fps), source.fps, source.gop_size)
             print(f"{source.name}: wrote {args.videos} videos in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             datasets = source_datasets(manifest, source, Path(tmp) / f"frames{number}", formats, decodes, args)
             # Grid by grid, so the formats compared at one grid are measured close in time.

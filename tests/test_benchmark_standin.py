@@ -18,7 +18,7 @@ H200_RESULTS = Path(__file__).resolve().parents[2] / "shared" / "results" / "h20
 
 @pytest.fixture
 def standin(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # as `python benchmarks/standin.py` has it
     return importlib.import_module("standin")
 
 
