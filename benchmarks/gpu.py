@@ -54,10 +54,10 @@ first and always.
 
 Data: Kinetics-like synthetic videos (340x256, 10 s at 30 fps, x264 veryfast; with a larger base the
 short side is at least the store's level 0, e.g. 426x320 for a 224 crop): for the loader,
-camera-like footage (``loader.py``'s) at GOP 250 packed into a store (level 0 at the grids' largest
-short side); for training, the built-in synthetic classes (motion x texture, texture cell 12 px,
-visible on every grid, so both runs can learn) packed into stores. Frame folders and GOP-12 videos
-are made only when a section that reads them runs.
+camera-like footage (``bench_data.py``'s, as ``loader.py`` makes it) at GOP 250 packed into a store
+(level 0 at the grids' largest short side); for training, the built-in synthetic classes (motion x
+texture, texture cell 12 px, visible on every grid, so both runs can learn) packed into stores. Frame
+folders and GOP-12 videos are made only when a section that reads them runs.
 
 Results go to ``--out/gpu.json`` after every section (a run cut short still reports) and to
 ``--out/gpu.md`` at the end.
