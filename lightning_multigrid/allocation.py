@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import partial
 
 from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.meter import format_grid
-from lightning_multigrid.stages import Stage, build_stage
+from lightning_multigrid.stages import Stage, batchnorm_groups, build_stage
 
 __all__ = ["ShortScheduleWarning", "allocate_stages"]
 
@@ -90,7 +91,7 @@ def _long_cycle_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[floa
     """
     factors = config.options.long_cycle_factors
     avg_batches = [_average_relative_batch(config, t, s) for t, s in factors]
-    edges = (0, *config.milestones, config.max_epochs)
+    edges = config.lr_stage_edges
     cycled_stages = max(config.num_lr_stages - 1, 1)
     pieces: list[_Piece] = []
     lengths: list[float] = []
@@ -113,7 +114,7 @@ def _long_cycle_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[floa
 
 def _lr_stage_pieces(config: MultigridConfig) -> tuple[list[_Piece], list[float]]:
     """Without the long cycle, stages are the baseline LR stages at the base shape."""
-    edges = (0, *config.milestones, config.max_epochs)
+    edges = config.lr_stage_edges
     pieces = [_Piece(i, 1.0, 1.0) for i in range(config.num_lr_stages)]
     return pieces, [float(edges[i + 1] - edges[i]) for i in range(config.num_lr_stages)]
 
@@ -211,18 +212,9 @@ def _minimum_epochs(piece: _Piece) -> int:
 
 
 def _average_relative_batch(config: MultigridConfig, t_factor: float, s_factor: float) -> float:
-    """Average relative batch of a long-cycle shape over its short cycle (itself when off).
-
-    As in the reference implementation, short-cycle crops enter unrounded here. With batches sized
-    by cost, the batches training uses (the stage's, :func:`~lightning_multigrid.stages.build_stage`)
-    over the base batch.
-    """
-    if config.sizes_by_cost:
-        stage = build_stage(config, (t_factor, s_factor), 0, 1, 0)
-        cycle = stage.short_cycle or (stage.shape,)
-        return sum(grid.batch_size for grid in cycle) / len(cycle) / config.batch_size
-    num_frames, crop_size = config.grid_size(t_factor, s_factor)
-    crops: list[float] = [crop_size]
-    if config.options.short_cycle:
-        crops = [f * config.crop_size for f in config.options.short_cycle_factors] + crops
-    return sum(config.relative_batch(num_frames, c) for c in crops) / len(crops)
+    """Average relative batch of a long-cycle shape over its short cycle (itself when off), the sizer's."""
+    options = config.options
+    short_cycle_factors = options.short_cycle_factors if options.short_cycle else ()
+    return config.sizer.average_relative_batch(
+        *config.grid_size(t_factor, s_factor), short_cycle_factors, partial(batchnorm_groups, config)
+    )

@@ -3,9 +3,9 @@
 :class:`MultigridOptions` holds the user's multigrid options (the callback's, the ``schedule``
 command's), each default written once here (:data:`DEFAULTS`); it checks itself on construction.
 :class:`MultigridConfig` holds them whole beside the baseline run's settings (base grid, epochs,
-milestones, devices) and Equation 1's arithmetic over that base grid, and the cost-sized batch beside it (batches from each grid's
-measured cost per clip, :class:`ClipCost`; the measuring is :mod:`lightning_multigrid.cost`'s). Pure
-Python, no torch.
+milestones, devices) and picks the batch sizing once (:attr:`MultigridConfig.sizer`: Equation 1, or
+each grid's measured cost per clip, :class:`ClipCost`; the sizing is :mod:`lightning_multigrid.sizing`'s, the
+measuring :mod:`lightning_multigrid.cost`'s). Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from lightning_multigrid._checks import check_bool, check_instance, check_positive_int, check_positive_number, is_number
 from lightning_multigrid.grid import ClipSampling, GridShape
+from lightning_multigrid.sizing import BatchSizer, CostSizer, Equation1Sizer, cost_sized_batch, scaled_size
 
 __all__ = [
     "BatchSizing",
@@ -42,7 +43,8 @@ DEFAULT_LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = (
 )
 # Crop factors of the first two short-cycle iterations, relative to the baseline crop.
 DEFAULT_SHORT_CYCLE_FACTORS: tuple[float, float] = (0.5, 0.5**0.5)
-# Runs of fewer baseline optimizer steps per device are short: below multigrid's published regime.
+# Runs of fewer baseline optimizer steps per device are short: below multigrid's published regime
+# (the preview's `VALIDATED_MIN_STEPS`, the same constant).
 SHORT_RUN_BASELINE_STEPS = 10_000
 # The default long-cycle shapes of a short run that starts from pretrained weights. To be chosen from
 # the accuracy map (benchmarks/accuracy.py --map, docs/accuracy.md): the option that stays within 1
@@ -204,6 +206,16 @@ class MultigridOptions:
         object.__setattr__(self, "long_cycle_factors", tuple((pair[0], pair[1]) for pair in factors))
         object.__setattr__(self, "short_cycle_factors", (short[0], short[1]))
 
+    @property
+    def trains_short_cycle(self) -> bool:
+        """Whether the stages train a short cycle: it is on and the short-run mode, which does not use it, off."""
+        return self.short_cycle and self.short_run is None
+
+    @property
+    def max_lr_factor(self) -> int | None:
+        """The cap on a grid's batch growth (= its LR factor): the short-run mode's; ``None`` (none) without it."""
+        return None if self.short_run is None else self.short_run.max_lr_factor
+
     def to_dict(self) -> dict[str, Any]:
         """The options as plain values (``short_run`` a dict or ``None``), as checkpoints store them."""
         return asdict(self)
@@ -296,7 +308,7 @@ class MultigridConfig:
     options: MultigridOptions = DEFAULTS
     clip_costs: tuple[ClipCost, ...] = ()
     _clip_sampling: ClipSampling = field(init=False, repr=False, compare=False)
-    _costs: dict[tuple[int, int], float] = field(init=False, repr=False, compare=False)
+    _sizer: BatchSizer = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.base, GridShape):
@@ -314,15 +326,22 @@ class MultigridConfig:
         if self.options.long_cycle and self.options.short_cycle:
             self._check_short_cycle_crops()
         object.__setattr__(self, "clip_costs", tuple(self.clip_costs))
-        object.__setattr__(self, "_costs", self._check_clip_costs())
+        object.__setattr__(self, "_sizer", self._pick_sizer())
 
-    def _check_clip_costs(self) -> dict[tuple[int, int], float]:
-        """``clip_costs`` by ``(num_frames, crop_size)``; refused with Equation 1's sizing or a grid named twice."""
-        if self.clip_costs and not self.sizes_by_cost:
-            raise ValueError(
-                f"`clip_costs` are given ({len(self.clip_costs)} grids) but `batch_sizing`='equation1' does not "
-                "read them: pass `batch_sizing`='flops' or 'time' to size batches by them, or no `clip_costs`."
-            )
+    def _pick_sizer(self) -> BatchSizer:
+        """The one place that reads ``batch_sizing``: Equation 1's sizer (no ``clip_costs``), or the measured costs'."""
+        method = self.options.batch_sizing
+        if method == "equation1":
+            if self.clip_costs:
+                raise ValueError(
+                    f"`clip_costs` are given ({len(self.clip_costs)} grids) but `batch_sizing`='equation1' does not "
+                    "read them: pass `batch_sizing`='flops' or 'time' to size batches by them, or no `clip_costs`."
+                )
+            return Equation1Sizer(self.base)
+        return CostSizer(self.base, method, self._clip_costs_by_grid())
+
+    def _clip_costs_by_grid(self) -> dict[tuple[int, int], float]:
+        """``clip_costs`` by ``(num_frames, crop_size)``; refused when a grid is named twice."""
         costs: dict[tuple[int, int], float] = {}
         for cost in self.clip_costs:
             check_instance("clip_costs entry", cost, ClipCost)
@@ -353,31 +372,41 @@ class MultigridConfig:
         return self._clip_sampling
 
     @property
+    def sizer(self) -> BatchSizer:
+        """How each grid's batch is sized (``options.batch_sizing``): :class:`~lightning_multigrid.sizing.Equation1Sizer`,
+        or :class:`~lightning_multigrid.sizing.CostSizer` over ``clip_costs``."""
+        return self._sizer
+
+    @property
     def num_lr_stages(self) -> int:
         return len(self.milestones) + 1
 
+    @property
+    def lr_stage_edges(self) -> tuple[int, ...]:
+        """Baseline epochs where each LR stage starts, then ``max_epochs``: ``(0, *milestones, max_epochs)``."""
+        return (0, *self.milestones, self.max_epochs)
+
     def lr_stage_bounds(self, lr_stage: int) -> tuple[int, int]:
         """Baseline epochs ``[start, end)`` of an LR stage."""
-        edges = (0, *self.milestones, self.max_epochs)
+        edges = self.lr_stage_edges
         return edges[lr_stage], edges[lr_stage + 1]
 
     # ------------------------------------------------------------ Equation 1 over the base grid
 
     def grid_size(self, t_factor: float, s_factor: float) -> tuple[int, int]:
         """Frames and crop (pixels) of a ``(t_factor, s_factor)`` shape of the base grid, at least 1 each."""
-        return max(1, round(self.num_frames * t_factor)), max(1, round(self.crop_size * s_factor))
+        return scaled_size(self.num_frames, t_factor), scaled_size(self.crop_size, s_factor)
 
     def relative_batch(self, num_frames: int, crop_size: float) -> int:
         """Equation 1: batch relative to the baseline so every iteration costs about the same."""
-        ratio = self.num_frames * self.crop_size**2 / (num_frames * crop_size**2)
-        return max(1, round(ratio))
+        return Equation1Sizer(self.base).relative_batch(num_frames, crop_size)
 
     # ---------------------------------------------------- batches sized by measured cost
 
     @property
     def sizes_by_cost(self) -> bool:
         """Whether batches are sized by measured cost per clip (``batch_sizing`` other than Equation 1)."""
-        return self.options.batch_sizing != "equation1"
+        return self.sizer.measure is not None
 
     def with_equation1_batches(self) -> MultigridConfig:
         """This config with the paper's batches (``batch_sizing='equation1'``, no costs): what the preview compares with."""
@@ -392,11 +421,10 @@ class MultigridConfig:
         """
         options = self.options
         factors = [(1.0, 1.0), *(options.long_cycle_factors if options.long_cycle else ())]
-        short_cycle = options.short_cycle and options.short_run is None
         sizes: dict[tuple[int, int], None] = {}
         for t_factor, s_factor in factors:
             num_frames, crop_size = self.grid_size(t_factor, s_factor)
-            for crop in (crop_size, *(self.short_cycle_crops() if short_cycle else ())):
+            for crop in (crop_size, *(self.short_cycle_crops() if options.trains_short_cycle else ())):
                 sizes[(num_frames, crop)] = None
         return tuple(
             GridShape(self.batch_size * self.relative_batch(num_frames, crop), num_frames, crop) for num_frames, crop in sizes
@@ -406,31 +434,18 @@ class MultigridConfig:
         """Measured cost of one clip of a grid relative to one base-grid clip (``clip_costs``).
 
         Raises:
-            ValueError: when ``clip_costs`` lack the grid or the base grid.
+            ValueError: when ``clip_costs`` lack the grid or the base grid (every grid with Equation 1's sizing).
         """
-        grid, base = (num_frames, crop_size), (self.num_frames, self.crop_size)
-        for frames, crop in (grid, base):
-            if (frames, crop) not in self._costs:
-                measured = ", ".join(f"{t} x {s}" for t, s in self._costs) or "none"
-                raise ValueError(
-                    f"`clip_costs` has no cost for the {frames} x {crop} grid (frames x crop), which "
-                    f"`batch_sizing`={self.options.batch_sizing!r} needs (measured: {measured}). Measure every grid "
-                    "of `config.cost_grids()` (`lightning_multigrid.cost.measure_clip_costs`), or use "
-                    "`batch_sizing`='equation1'."
-                )
-        return self._costs[grid] / self._costs[base]
+        return self.sizer.relative_cost(num_frames, crop_size)
 
     def sized_batch(self, num_frames: int, crop_size: int) -> int:
-        """Clips per device so an iteration of a grid costs what a base iteration costs, by measured cost.
-
-        ``round(B / relative_cost)``, at least 1: e.g. ``B = 8`` and a clip that costs 0.3 of a base
-        clip -> ``round(8 / 0.3) = round(26.67) = 27``.
-        """
-        return max(1, round(self.batch_size / self.relative_cost(num_frames, crop_size)))
+        """Clips per device so an iteration of a grid costs what a base iteration costs, by measured cost
+        (:func:`~lightning_multigrid.sizing.cost_sized_batch`: ``round(B / relative_cost)``, at least 1)."""
+        return cost_sized_batch(self.batch_size, self.relative_cost(num_frames, crop_size))
 
     def short_cycle_crops(self) -> tuple[int, ...]:
         """Crops (pixels) of the two smaller short-cycle iterations."""
-        return tuple(max(1, round(f * self.crop_size)) for f in self.options.short_cycle_factors)
+        return tuple(scaled_size(self.crop_size, f) for f in self.options.short_cycle_factors)
 
     # ---------------------------------------------------------------------------- checkpoints
 

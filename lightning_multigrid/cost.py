@@ -3,8 +3,8 @@
 Equation 1 assumes a clip's cost grows with frames x pixels; attention does not, and hardware runs
 some grids slower per FLOP (on CPU a 3D CNN's 2-frame grids cost 1.9x per FLOP, docs/benchmarks.md).
 :func:`measure_clip_costs` runs the model on each grid and hands the schedule plain numbers
-(:class:`~lightning_multigrid.config.ClipCost`), from which
-:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch` sizes each grid's batch:
+(:class:`~lightning_multigrid.config.ClipCost`), from which the config's
+:class:`~lightning_multigrid.sizing.CostSizer` sizes each grid's batch:
 
 - ``"flops"``: the FLOPs of one forward + backward (``torch.utils.flop_counter.FlopCounterMode``),
   per clip. Deterministic: every rank and every run count the same.
@@ -37,6 +37,7 @@ from lightning_multigrid._checks import check_positive_int
 from lightning_multigrid.config import ClipCost, MultigridConfig
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
+from lightning_multigrid.sizing import cost_sized_batch
 
 __all__ = [
     "FLOP_BATCH_SIZE", "fastest_seconds", "implausible_costs_warning", "measure_backbone_costs", "measure_clip_costs",
@@ -122,8 +123,7 @@ def measure_clip_costs(
             else:
                 cost = fastest_seconds(step, device, repeats, warmup, clock) / batch_size
                 if costs:  # again at the batch this cost sizes the grid to (the base grid is the first)
-                    base = grids[0]
-                    sized = max(1, round(base.batch_size * costs[0].cost_per_clip / cost))
+                    sized = cost_sized_batch(grids[0].batch_size, cost / costs[0].cost_per_clip)
                     if sized != batch_size:
                         step = partial(step, _inputs(sized, num_channels, grid, device, dtype, slowfast_alpha))
                         cost = fastest_seconds(step, device, repeats, warmup, clock) / sized
@@ -208,8 +208,8 @@ def measure_backbone_costs(
     """
     from lightning_multigrid.models import TWO_PATHWAY_BACKBONES, build_backbone
 
-    method = config.options.batch_sizing
-    if method == "equation1":
+    method = config.sizer.measure
+    if method is None:
         raise ValueError("`batch_sizing`='equation1' sizes batches without measuring: pass 'flops' or 'time'.")
     if method == "flops":
         device = torch.device("meta")
@@ -238,7 +238,7 @@ def implausible_costs_warning(config: MultigridConfig) -> str | None:
         return None
     listed = ", ".join(f"{t} x {s} ({cost:.2f}x, {config.sized_batch(t, s)} clips)" for (t, s), cost in odd.items())
     return (
-        f"`batch_sizing`={config.options.batch_sizing!r} measured grids smaller than the base grid "
+        f"`batch_sizing`={config.sizer.measure!r} measured grids smaller than the base grid "
         f"({config.num_frames} x {config.crop_size}) at a base clip's cost or more: {listed} (frames x crop). "
         "Other work on the machine probably disturbed the measurement. Measure on a quiet machine, or use "
         "`batch_sizing`='flops' (deterministic)."

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_multigrid._tables import table_lines
-from lightning_multigrid.config import MultigridConfig
+from lightning_multigrid.config import SHORT_RUN_BASELINE_STEPS, MultigridConfig
 from lightning_multigrid.limits import limited_iterations
 from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
 from lightning_multigrid.stages import build_stage
@@ -34,7 +34,8 @@ __all__ = [
 # of the baseline's. The paper's schedule gives the full grid about 4% of the baseline's
 # iterations: 33,705 per device on Kinetics, where the paper keeps accuracy, and 85 on the accuracy
 # benchmark's short schedule, where detail seen only at full resolution is not learnt
-# (docs/accuracy.md). Where between the two the risk ends depends on model and data.
+# (docs/accuracy.md). Where between the two the risk ends depends on model and data. A count of
+# full-grid iterations, not the regime threshold below (a count of baseline steps) that shares its number.
 FULL_GRID_MIN_SHARE = 0.10
 FULL_GRID_MIN_ITERATIONS = 10_000
 
@@ -42,8 +43,9 @@ FULL_GRID_MIN_ITERATIONS = 10_000
 # Below this many baseline optimizer steps per device, a run from scratch is outside the regime
 # where multigrid has been shown to keep accuracy: published results run 28k (Charades) to 896k
 # (Kinetics) iterations, none below about 10k; on the accuracy benchmark at 1,920 baseline steps
-# the paper's schedule lost (docs/finetuning-and-short-runs.md).
-VALIDATED_MIN_STEPS = 10_000
+# the paper's schedule lost (docs/finetuning-and-short-runs.md). The same fact as a short run's
+# threshold for the pretrained default, so the same constant.
+VALIDATED_MIN_STEPS = SHORT_RUN_BASELINE_STEPS
 
 
 @dataclass(frozen=True)
@@ -214,17 +216,15 @@ def grid_sizings(config: MultigridConfig) -> tuple[GridSizing, ...]:
     Raises:
         ValueError: when ``config`` does not size batches by cost, or lacks a grid's cost.
     """
-    if not config.sizes_by_cost:
+    if config.sizer.measure is None:
         raise ValueError("`config` sizes batches by Equation 1 (`batch_sizing`='equation1'): there is no cost to show.")
     paper = config.with_equation1_batches()
     options = config.options
     factors = dict.fromkeys([*(options.long_cycle_factors if options.long_cycle else ()), (1.0, 1.0)])
-    cap = options.short_run.max_lr_factor if options.short_run is not None else None
     rows: dict[GridSizing, list[tuple[int, int]]] = {}
     for pair in factors:
-        full_grid = options.short_run is not None
-        paper_stage = build_stage(paper, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
-        sized_stage = build_stage(config, pair, 0, 1, 0, full_grid=full_grid, max_lr_factor=cap)
+        paper_stage = build_stage(paper, pair, 0, 1, 0)
+        sized_stage = build_stage(config, pair, 0, 1, 0)
         shape = (sized_stage.shape.num_frames, sized_stage.shape.crop_size)
         for equation1, sized in zip(paper_stage.short_cycle or (paper_stage.shape,), sized_stage.short_cycle or (sized_stage.shape,)):
             cost = config.relative_cost(sized.num_frames, sized.crop_size)
@@ -254,7 +254,7 @@ def format_sizing(config: MultigridConfig) -> str:
     grids = [(g.num_frames, g.crop_size) for g in sizings]
     twice = len(set(grids)) < len(grids)
     return "\n".join([
-        f"Batches sized by measured {config.options.batch_sizing} (cost per clip and per iteration relative to the base "
+        f"Batches sized by measured {config.sizer.measure} (cost per clip and per iteration relative to the base "
         f"grid's, {config.num_frames} x {config.crop_size} at {config.batch_size} clips; training uses the cost-sized batch):",
         *table_lines(rows),
         *(["A grid listed twice trains in two long-cycle shapes' short cycles at two batches: each shape rounds its "
@@ -293,9 +293,9 @@ def schedule_to_dict(
     result: dict[str, Any] = {
         "max_epochs": schedule.max_epochs, "baseline_max_epochs": schedule.config.max_epochs, "epochs": epochs,
     }
-    if schedule.config.sizes_by_cost:
+    if (measure := schedule.config.sizer.measure) is not None:
         result["batch_sizing"] = {
-            "method": schedule.config.options.batch_sizing,
+            "method": measure,
             "grids": [asdict(g) for g in grid_sizings(schedule.config)],
         }
     if dataset_size is not None:
@@ -369,7 +369,7 @@ def format_table(
     summary = f"{schedule.max_epochs} multigrid epochs for a {config.max_epochs}-epoch baseline"
     if config.options.short_run is not None:
         summary += " (short-run mode)"
-    sizing = ["", format_sizing(config)] if config.sizes_by_cost else []
+    sizing = ["", format_sizing(config)] if config.sizer.measure is not None else []
     if dataset_size is not None:
         baseline = schedule.baseline_iterations(dataset_size)
         multigrid = schedule.total_iterations(dataset_size)

@@ -148,7 +148,7 @@ def schedule_config(args: argparse.Namespace) -> MultigridConfig:
 
 def _with_clip_costs(config: MultigridConfig, cost_model: str | None) -> MultigridConfig:
     """``config`` with its grids' costs measured for ``--cost-model`` when batches are sized by cost."""
-    if not config.sizes_by_cost:
+    if config.sizer.measure is None:
         return config
     from lightning_multigrid.cost import implausible_costs_warning, measure_backbone_costs  # torch: only when asked for
 

@@ -28,14 +28,12 @@ def short_run_stages(config: MultigridConfig, short_run: ShortRun) -> tuple[tupl
     for factors, epochs in zip(grids, _coarse_epochs(config, short_run, grids)):
         grid_of_epoch[start : start + epochs] = [factors] * epochs
         start += epochs
-    edges = (0, *config.milestones, config.max_epochs)
+    edges = config.lr_stage_edges
     breaks = sorted({*edges, *(e for e in range(1, config.max_epochs) if grid_of_epoch[e] != grid_of_epoch[e - 1])})
     stages = []
     for begin, end in zip(breaks, breaks[1:]):
         lr_stage = bisect.bisect_right(config.milestones, begin)
-        stages.append(
-            build_stage(config, grid_of_epoch[begin], begin, end, lr_stage, full_grid=True, max_lr_factor=short_run.max_lr_factor)
-        )
+        stages.append(build_stage(config, grid_of_epoch[begin], begin, end, lr_stage))
     return tuple(stages), edges
 
 
@@ -58,9 +56,5 @@ def _coarse_epochs(config: MultigridConfig, short_run: ShortRun, grids: list[tup
 
 
 def _cost_ratio(config: MultigridConfig, t_factor: float, s_factor: float) -> float:
-    """A ``(t_factor, s_factor)`` grid's cost saving per clip: Equation 1's relative batch ``r``, or the
-    base clip's measured cost over this grid's with batches sized by cost."""
-    num_frames, crop_size = config.grid_size(t_factor, s_factor)
-    if config.sizes_by_cost:
-        return 1 / config.relative_cost(num_frames, crop_size)
-    return config.relative_batch(num_frames, crop_size)
+    """A ``(t_factor, s_factor)`` grid's cost saving per clip, the sizer's (Equation 1's relative batch ``r``)."""
+    return config.sizer.cost_ratio(*config.grid_size(t_factor, s_factor))

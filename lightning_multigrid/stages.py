@@ -1,4 +1,4 @@
-"""One stage of a multigrid schedule: its grid (Equation 1), short cycle and BatchNorm grouping.
+"""One stage of a multigrid schedule: its grid (batches from the config's sizer), short cycle and BatchNorm grouping.
 
 Both builders (:mod:`~lightning_multigrid.allocation`, the paper's; :mod:`~lightning_multigrid.short_run`)
 decide which long-cycle shape runs over which epochs and LR stage; :func:`build_stage` turns that
@@ -8,12 +8,13 @@ into a :class:`Stage`. Pure Python, no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.grid import GridShape
 
-__all__ = ["BNPlan", "Stage", "build_stage", "plan_batchnorm"]
+__all__ = ["BNPlan", "Stage", "batchnorm_groups", "build_stage", "plan_batchnorm"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,58 +104,46 @@ def build_stage(
     *,
     full_grid: bool = False,
     fine_tuning: bool = False,
-    max_lr_factor: int | None = None,
 ) -> Stage:
     """The stage of the long-cycle shape ``factors`` (``(t_factor, s_factor)``) over epochs ``[start, end)``.
 
     Args:
         full_grid: no short cycle (every iteration at the stage's shape), even where it is on.
         fine_tuning: the stage is (a half of) the fine-tuning phase.
-        max_lr_factor: caps the batch growth (the short-run mode).
 
-    Batches follow Equation 1, or with ``config.sizes_by_cost`` each grid's measured cost
-    (:meth:`~lightning_multigrid.config.MultigridConfig.sized_batch`), the short cycle's too, each
-    rounded to a multiple of the stage's BatchNorm groups (a batch its groups do not divide takes
-    BatchNorm's slow path, about 1.6x: docs/benchmarks.md); the LR factor and the BatchNorm grouping
-    follow the long-cycle batch either way.
+    The batches, the short cycle's too, are the config's sizer's
+    (:class:`~lightning_multigrid.sizing.BatchSizer`: Equation 1, or each grid's measured cost), the
+    batch growth capped by the short-run mode; the LR factor and the BatchNorm grouping follow the
+    long-cycle batch.
     """
     options = config.options
     num_frames, crop_size = config.grid_size(*factors)
-    short_crops = config.short_cycle_crops() if options.short_cycle and not full_grid else ()
-    lr_factor: float
-    if config.sizes_by_cost:
-        batch_size = config.sized_batch(num_frames, crop_size)
-        if max_lr_factor is not None:
-            batch_size = min(batch_size, config.batch_size * max_lr_factor)
-        splits = _plan_batchnorm(config, batch_size, batch_size / config.batch_size).num_splits
-        batch_size, *short_batches = (
-            max(splits, splits * round(batch / splits))
-            for batch in (batch_size, *(config.sized_batch(num_frames, short_crop) for short_crop in short_crops))
-        )
-        lr_factor = batch_size / config.batch_size
-        shape = GridShape(batch_size, num_frames, crop_size)
-    else:
-        lr_factor = config.relative_batch(num_frames, crop_size)
-        if max_lr_factor is not None:
-            lr_factor = min(lr_factor, max_lr_factor)
-        shape = GridShape(config.batch_size * lr_factor, num_frames, crop_size)
-        short_batches = [shape.batch_size * round((crop_size / short_crop) ** 2) for short_crop in short_crops]
+    short_crops = config.short_cycle_crops() if options.trains_short_cycle and not full_grid else ()
+    batches = config.sizer.stage_batches(
+        num_frames, crop_size, short_crops, options.max_lr_factor, partial(batchnorm_groups, config)
+    )
+    shape = GridShape(batches.batch_size, num_frames, crop_size)
     short_cycle: tuple[GridShape, ...] = ()
     if short_crops:
         short_cycle = tuple(
-            GridShape(batch, num_frames, short_crop) for batch, short_crop in zip(short_batches, short_crops)
+            GridShape(batch, num_frames, short_crop) for batch, short_crop in zip(batches.short_cycle, short_crops)
         ) + (shape,)
     return Stage(
         start_epoch=start,
         end_epoch=end,
         lr_stage=lr_stage,
         shape=shape,
-        lr_factor=lr_factor,
+        lr_factor=batches.lr_factor,
         short_cycle=short_cycle,
-        bn=_plan_batchnorm(config, shape.batch_size, lr_factor),
+        bn=_plan_batchnorm(config, shape.batch_size, batches.lr_factor),
         sampling_rate=config.clip_sampling.sampling_rate_range_for(num_frames, config.num_frames),
         fine_tuning=fine_tuning,
     )
+
+
+def batchnorm_groups(config: MultigridConfig, batch_size: int) -> int:
+    """The BatchNorm groups a long-cycle batch of ``batch_size`` clips is split into (1: not split)."""
+    return _plan_batchnorm(config, batch_size, batch_size / config.batch_size).num_splits
 
 
 def _plan_batchnorm(config: MultigridConfig, batch_size: int, lr_factor: float) -> BNPlan:

@@ -45,11 +45,11 @@ PURE = {
     PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
     f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
     f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
-    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options",
+    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options", f"{PACKAGE}.sizing",
 }
-# The schedule's modules: the options and config, a stage, the two builders, the schedule value.
+# The schedule's modules: the options and config, the batch sizing, a stage, the two builders, the schedule value.
 SCHEDULE_MODULES = {
-    f"{PACKAGE}.{name}" for name in ("schedule", "config", "stages", "allocation", "short_run")
+    f"{PACKAGE}.{name}" for name in ("schedule", "config", "sizing", "stages", "allocation", "short_run")
 }
 # They read the plan through `grid.GridPlan`; the schedule is one implementation of it.
 WITHOUT_SCHEDULE = {f"{PACKAGE}.data.sampler", f"{PACKAGE}.data.datamodule"}
