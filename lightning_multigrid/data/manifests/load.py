@@ -16,8 +16,9 @@ from lightning_multigrid.data.manifests.entries import (
     split_line,
 )
 from lightning_multigrid.data.manifests.frames import FRAME_CSV_HEADER, read_frame_manifest, split_fields
+from lightning_multigrid.data.manifests.store_folder import is_store
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest
-from lightning_multigrid.data.store.format import is_store, read_store_manifest
+from lightning_multigrid.data.store.format import read_store_manifest
 
 __all__ = ["detect_manifest_kind", "is_frame_manifest", "load_manifest"]
 
