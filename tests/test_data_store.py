@@ -24,7 +24,9 @@ from lightning_multigrid.data.decoding.readers import FrameFolderReader
 from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
-from lightning_multigrid.data.store.format import HEADER_FILE, FrameStore, choose_level, is_store
+from lightning_multigrid.data.manifests.store_folder import HEADER_FILE, is_store
+from lightning_multigrid.data.store import write
+from lightning_multigrid.data.store.format import FrameStore, choose_level
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools import pack
@@ -88,7 +90,7 @@ def test_pack_from_frames_and_from_mp4(synthetic_dataset: SyntheticDataset, synt
         assert (store.source_size == (64, 48)).all()  # what sampling sees: the source's size
         assert (store.level_size[:, 0] == (61, 46)).all()  # 64x48 resized to short side 46, never up
         for level, size in enumerate(report.level_bytes):
-            offsets = np.load(report.store / store.header["files"][level]["offsets"])
+            offsets = np.load(report.store / store.header.files[level].offsets)
             assert offsets[0] == 0 and offsets[-1] == size and (np.diff(offsets) > 0).all()
     assert (FrameStore(from_mp4.store).level_size[:, 1] == (44, 33)).all()
 
@@ -243,9 +245,9 @@ def test_bad_video_files_are_refused_at_pack_time_as_check_data_names_them(
 def damage_frame(store: Path, video: int, frame: int) -> None:
     """Overwrite one frame's bytes in level 0 with zeros, as a disk error after packing would."""
     opened = FrameStore(store)
-    offsets = np.load(store / opened.header["files"][0]["offsets"])
+    offsets = np.load(store / opened.header.files[0].offsets)
     start, end = int(offsets[int(opened.first_frame[video]) + frame]), int(offsets[int(opened.first_frame[video]) + frame + 1])
-    with open(store / opened.header["files"][0]["frames"], "r+b") as file:
+    with open(store / opened.header.files[0].frames, "r+b") as file:
         file.seek(start)
         file.write(bytes(end - start))
 
@@ -293,8 +295,8 @@ def test_an_interrupted_pack_does_not_load_and_a_rerun_completes(
     report = pack_frames(manifest, tmp_path / "s.store", crop_size=112, workers=1, progress=False)
     assert len(TrainVideoDataset(report.store)) == 3
     assert sorted(p.name for p in report.store.iterdir() if p.name != HEADER_FILE) == sorted(
-        [f"L160-{FrameStore(report.store).header['token']}.bin", f"L160-{FrameStore(report.store).header['token']}.offsets.npy",
-         f"videos-{FrameStore(report.store).header['token']}.npz"]
+        [f"L160-{FrameStore(report.store).token}.bin", f"L160-{FrameStore(report.store).token}.offsets.npy",
+         f"videos-{FrameStore(report.store).token}.npz"]
     )  # the interrupted run's files and marker are gone
 
 
@@ -303,7 +305,7 @@ def test_an_interrupted_repack_leaves_the_older_store_whole(
 ) -> None:
     manifest = load_manifest(smooth_manifest(tmp_path, frames, 320, 240))
     first = pack_frames(manifest, tmp_path / "s.store", crop_size=56, workers=1, progress=False)
-    monkeypatch.setattr(pack, "_finish", lambda file: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(write, "_finish", lambda file: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         pack_frames(manifest, tmp_path / "s.store", crop_size=112, workers=1, progress=False)
     reopened = FrameStore(first.store)  # the older store: its own files, sizes checked

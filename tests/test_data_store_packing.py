@@ -30,7 +30,8 @@ from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.manifests.load import load_manifest
-from lightning_multigrid.data.store.format import HEADER_FILE, FrameStore, packing_lock
+from lightning_multigrid.data.manifests.store_folder import HEADER_FILE
+from lightning_multigrid.data.store.format import FrameStore, packing_lock
 from lightning_multigrid.data.synthetic import SyntheticDataset, synthetic_store_files
 from lightning_multigrid.data.tools.pack import pack_frames
 
@@ -103,7 +104,7 @@ def test_a_run_reading_a_store_keeps_its_frames_while_another_process_packs_it_a
     del dataset, loader, again
     gc.collect()  # the run lets go: the next packing removes its files
     finish(cli("pack-frames", str(manifest), str(store), "--crop-size", "56", "--workers", "1", "--no-progress"))
-    assert generations(store) == {FrameStore(store).header["token"]}
+    assert generations(store) == {FrameStore(store).token}
 
 
 def test_two_packing_runs_into_one_store_take_turns(tmp_path: Path, frames: FrameFactory) -> None:
@@ -116,7 +117,7 @@ def test_two_packing_runs_into_one_store_take_turns(tmp_path: Path, frames: Fram
     for proc in procs:
         assert "3 videos (36 frames) packed" in finish(proc)
     assert len(TrainVideoDataset(store)) == 3
-    assert generations(store) == {FrameStore(store).header["token"]}  # the first run's files removed by the second
+    assert generations(store) == {FrameStore(store).token}  # the first run's files removed by the second
 
 
 def test_two_runs_that_pack_the_synthetic_stores_at_once_pack_them_once(
@@ -129,7 +130,7 @@ def test_two_runs_that_pack_the_synthetic_stores_at_once_pack_them_once(
         "from lightning_multigrid.data.store.format import FrameStore\n"
         "from lightning_multigrid.data.synthetic import ensure_synthetic_stores\n"
         "stores = ensure_synthetic_stores(sys.argv[1], 32)\n"
-        "print(json.dumps([FrameStore(s).header['token'] for s in stores]))\n"
+        "print(json.dumps([FrameStore(s).token for s in stores]))\n"
     )
     train_store, _ = synthetic_store_files(root, 46)
     with packing_lock(train_store):
@@ -266,7 +267,7 @@ def test_a_datamodule_kept_between_fits_reads_a_store_packed_again_and_lets_the_
     pack_frames(load_manifest(manifest), store, crop_size=32, workers=0, progress=False)
     assert len(generations(store)) == 2  # the DataModule still holds the first packing
     assert fit_once(datamodule) == [3, 3]
-    assert generations(store) == {FrameStore(store).header["token"]}  # the first packing's files removed
+    assert generations(store) == {FrameStore(store).token}  # the first packing's files removed
 
 
 def test_a_dataset_given_on_a_store_packed_again_is_kept_with_a_warning(tmp_path: Path, frames: FrameFactory) -> None:

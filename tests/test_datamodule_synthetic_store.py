@@ -60,7 +60,7 @@ def test_a_copied_dataset_uses_its_stores_also_on_a_read_only_disk(tmp_path: Pat
         later = time.time_ns() + 10**9
         for name in ("train.csv", "val.csv", "classnames.txt", "synthetic.json"):
             os.utime(copy / name, ns=(later, later))  # the manifests landed after the stores
-        tokens = {store: FrameStore(copy / store).header["token"] for store in ("train-L46.store", "val-L46.store")}
+        tokens = {store: FrameStore(copy / store).token for store in ("train-L46.store", "val-L46.store")}
         for path in [copy, *copy.rglob("*")]:
             os.chmod(path, 0o555 if path.is_dir() else 0o444)
         with as_other_user():
@@ -72,7 +72,7 @@ def test_a_copied_dataset_uses_its_stores_also_on_a_read_only_disk(tmp_path: Pat
             datamodule._train_dataset.reader.store.close()
             datamodule._val_dataset.reader.store.close()
         assert batch["video"].shape == (2, 3, 4, 32, 32)
-        assert {store: FrameStore(copy / store).header["token"] for store in tokens} == tokens  # not packed again
+        assert {store: FrameStore(copy / store).token for store in tokens} == tokens  # not packed again
         assert not list(copy.rglob(".packing"))
 
 

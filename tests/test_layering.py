@@ -246,6 +246,37 @@ def test_the_cycle_finder_finds_circles():
     assert _imported_anywhere(tree, f"{PACKAGE}.x") == {"os", "csv"}
 
 
+# The data folder's rooms import one way: the store's format and reader are built on the manifests and
+# the decoders, so neither of those imports the store (what needs all three, the manifest dispatch and
+# ReaderSettings, lives above them in `data/`).
+STORE = f"{PACKAGE}.data.store"
+BELOW_THE_STORE = [m for m in MODULES if m.startswith((f"{PACKAGE}.data.decoding", f"{PACKAGE}.data.manifests"))]
+
+
+@pytest.mark.parametrize("module", BELOW_THE_STORE)
+def test_the_decoders_and_the_manifests_do_not_import_the_store(module):
+    tree = ast.parse(_source(module))
+    # Every import statement, also inside functions and under `if TYPE_CHECKING`.
+    imported = _top_level_imports(
+        ast.Module(body=[n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[]),
+        module,
+    )
+    upward = sorted(name for name in imported if name == STORE or name.startswith(f"{STORE}."))
+    assert not upward, f"{module} imports {upward}: the store imports {module.rsplit('.', 1)[0]}, not the other way"
+
+
+def test_importing_the_decoders_and_the_manifests_loads_no_module_of_the_store():
+    # What the static reading cannot see: a name looked up by module name (the old paths of ReaderSettings
+    # and load_manifest) must not load the store either until it is used.
+    code = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {BELOW_THE_STORE!r}]; "
+        f"print(sorted(m for m in sys.modules if m == {STORE!r} or m.startswith({STORE + '.'!r})))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+    assert len(BELOW_THE_STORE) > 10  # both rooms found
+
+
 def test_only_the_callback_changes_trainer_settings():
     # docs/architecture.md: the callback is the one class that changes the Trainer's settings (and
     # restores them); every such change goes through `_internals.setting_owner`.

@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from lightning_multigrid.data.decoding.errors import VideoDecodeError
     from lightning_multigrid.data.decoding.frame_names import FrameLayout
     from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader
-    from lightning_multigrid.data.decoding.settings import ReaderSettings
     from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
-    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.reader_settings import ReaderSettings
     from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.store.reader import PackedFrameReader
     from lightning_multigrid.data.tools.check import check_videos
 
@@ -51,11 +51,11 @@ _LAZY = {
     "InMemoryReader": "lightning_multigrid.data.decoding.readers",
     "VideoFileReader": "lightning_multigrid.data.decoding.readers",
     "PackedFrameReader": "lightning_multigrid.data.store.reader",
-    "ReaderSettings": "lightning_multigrid.data.decoding.settings",
+    "ReaderSettings": "lightning_multigrid.data.reader_settings",
     "FrameLayout": "lightning_multigrid.data.decoding.frame_names",
     "Manifest": "lightning_multigrid.data.manifests.entries",
     "ManifestError": "lightning_multigrid.data.manifests.entries",
-    "load_manifest": "lightning_multigrid.data.manifests.load",
+    "load_manifest": "lightning_multigrid.data.sources",
     "VideoDecodeError": "lightning_multigrid.data.decoding.errors",
     "check_videos": "lightning_multigrid.data.tools.check",
 }

@@ -6,7 +6,7 @@
 Both reach their pixels through a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`:
 encoded video files (PyAV), frame datasets (a folder of JPEG frames per video) or a packed frame
 store (:mod:`~lightning_multigrid.data.store`), the one the manifest's format asks for, built by
-:meth:`ReaderSettings.reader_for <lightning_multigrid.data.decoding.settings.ReaderSettings.reader_for>`
+:meth:`ReaderSettings.reader_for <lightning_multigrid.data.reader_settings.ReaderSettings.reader_for>`
 (the DataModule builds it from its arguments); or one you pass (e.g. an in-memory one). Every reader
 gets the same clip parameters from the same seeds.
 
@@ -53,10 +53,10 @@ from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, unreadable
 from lightning_multigrid.data.decoding.frames import EncodedClip
 from lightning_multigrid.data.decoding.readers import ClipReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.skips import report_skip
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
 
@@ -196,8 +196,8 @@ class TrainVideoDataset(_VideoDataset, Dataset[Sample]):
             :class:`~lightning_multigrid.data.manifests.videos.Manifest`.
         reader: where clips come from: a :class:`~lightning_multigrid.data.decoding.readers.ClipReader`
             (e.g. an :class:`~lightning_multigrid.data.decoding.readers.InMemoryReader`, or the one
-            :meth:`ReaderSettings.reader_for <lightning_multigrid.data.decoding.settings.ReaderSettings.reader_for>`
-            builds), or the :class:`~lightning_multigrid.data.decoding.settings.ReaderSettings` to
+            :meth:`ReaderSettings.reader_for <lightning_multigrid.data.reader_settings.ReaderSettings.reader_for>`
+            builds), or the :class:`~lightning_multigrid.data.reader_settings.ReaderSettings` to
             build the manifest's reader with (video files, frame folders or a packed store); default
             that reader with the default settings.
         root: directory the manifest's paths are relative to (default: the manifest's).

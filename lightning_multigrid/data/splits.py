@@ -4,7 +4,7 @@ Training owns the class facts: an evaluation manifest is mapped onto the trainin
 read (:func:`~lightning_multigrid.data.manifests.classes.align_classes`), and an evaluation dataset
 given with ``use_datasets`` is checked against them
 (:func:`~lightning_multigrid.data.checks.check_eval_classes`). Each dataset's reader is built here,
-once, from the DataModule's :class:`~lightning_multigrid.data.decoding.settings.ReaderSettings`; a
+once, from the DataModule's :class:`~lightning_multigrid.data.reader_settings.ReaderSettings`; a
 packed frame store smaller than the evaluation short side is refused
 (:func:`~lightning_multigrid.data.checks.check_store_fits`). No Lightning: testable without a Trainer.
 """
@@ -18,10 +18,10 @@ from typing import Literal
 
 from lightning_multigrid.data.checks import check_eval_classes, check_store_fits, existing_manifest
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.classes import align_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestKind
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.grid import EvalViews, FixedGrid
 
 __all__ = ["SplitBuilder"]

@@ -148,7 +148,7 @@ def ensure_synthetic_stores(
     is said on stderr (a line before, one with the seconds after). ``workers``: packing processes
     (default the CPU count).
     """
-    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.store.format import packing_lock, store_digest
     from lightning_multigrid.data.tools.pack import pack_frames, store_levels
 

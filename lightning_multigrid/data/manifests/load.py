@@ -1,88 +1,28 @@
-"""One loader for every manifest: a video manifest, a frame manifest, a folder per class, told apart by content."""
+"""A manifest file's kind, told from its content: video files or frame folders.
+
+:func:`~lightning_multigrid.data.sources.load_manifest` reads every source (a manifest file of either
+kind, a folder per class, a packed frame store); it moved above ``manifests/`` as it reads stores too,
+and is still found here by name on first access, so importing this module loads nothing of ``store/``.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from lightning_multigrid.data.manifests.entries import (
-    VIDEO_EXTENSIONS,
-    Manifest,
-    ManifestError,
-    ManifestKind,
-    check_manifest_kind,
-    check_root,
-    split_line,
-)
-from lightning_multigrid.data.manifests.frames import FRAME_CSV_HEADER, read_frame_manifest, split_fields
-from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest
-from lightning_multigrid.data.store.format import is_store, read_store_manifest
+from lightning_multigrid._lazy import lazy_attribute
+from lightning_multigrid.data.manifests.entries import VIDEO_EXTENSIONS, split_line
+from lightning_multigrid.data.manifests.frames import FRAME_CSV_HEADER, split_fields
+
+if TYPE_CHECKING:
+    from lightning_multigrid.data.sources import load_manifest
 
 __all__ = ["detect_manifest_kind", "is_frame_manifest", "load_manifest"]
 
 
-def load_manifest(
-    source: str | os.PathLike[str] | Manifest,
-    root: str | os.PathLike[str] | None = None,
-    class_names: str | os.PathLike[str] | Sequence[str] | None = None,
-    kind: ManifestKind = "auto",
-) -> Manifest:
-    """A manifest from a manifest file, a folder of class folders, a packed frame store, or an already read one.
-
-    A file whose paths are folders (``folder label [num_frames]``) or that is PySlowFast's
-    frame-list CSV is read as a frame dataset
-    (:func:`~lightning_multigrid.data.manifests.frames.read_frame_manifest`).
-
-    Args:
-        source: the manifest file, a folder per class, a packed frame store's folder
-            (``lightning-multigrid pack-frames``; read with
-            :func:`~lightning_multigrid.data.store.format.read_store_manifest`), or a :class:`Manifest`.
-        root: directory the manifest's paths are relative to; default its directory.
-        class_names: a class-names file or the names, for labels given as names.
-        kind: ``"video"`` (``path label`` lines of video files), ``"frames"`` (a frame dataset), or
-            ``"auto"``: told from the content (:func:`detect_manifest_kind`).
-
-    Raises:
-        FileNotFoundError: when the file or folder does not exist.
-        ValueError: when ``root`` or ``class_names`` are given with a folder or a ``Manifest``, or
-            ``kind`` is not one of the three.
-        ManifestError: as :func:`read_manifest` and :func:`read_folder_manifest`, and when
-            ``kind="auto"`` and the content cannot tell.
-    """
-    check_manifest_kind(kind)
-    if isinstance(source, Manifest):
-        if root is not None or class_names is not None:
-            raise ValueError("`root` and `class_names` apply to a manifest file, not to a `Manifest` object.")
-        return source
-    if is_store(source):
-        if root is not None or class_names is not None:
-            raise ValueError(
-                f"{source} is a packed frame store: it holds its labels and class names; do not pass `root` or "
-                "`class_names`."
-            )
-        return read_store_manifest(source)
-    if Path(source).is_dir():
-        if root is not None or class_names is not None:
-            raise ValueError(
-                f"{source} is a folder per class: its classes are the folder names; "
-                "do not pass `root` or `class_names`."
-            )
-        return read_folder_manifest(source)
-    if kind == "auto" and Path(source).is_file():
-        check_root(root, default=Path(source).parent)
-        detected = detect_manifest_kind(source, root)
-        if detected is None:
-            raise ManifestError(
-                f"{source}: cannot tell whether it lists video files or frame folders: its paths have no video "
-                f"extension ({', '.join(VIDEO_EXTENSIONS[:3])}, ...), no frame count, and none of the first lines "
-                f"exists under {root if root is not None else Path(source).parent}. Check `root_dir` (--root), "
-                "or state the kind: `manifest_kind='frames'` or `'video'` (--manifest-kind)."
-            )
-        kind = "frames" if detected == "frames" else "video"
-    if kind == "frames":
-        return read_frame_manifest(source, root=root, class_names=class_names)
-    return read_manifest(source, root=root, class_names=class_names)
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, {"load_manifest": "lightning_multigrid.data.sources"}, name)
 
 
 def is_frame_manifest(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> bool:

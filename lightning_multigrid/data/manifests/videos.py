@@ -44,7 +44,7 @@ from lightning_multigrid.data.manifests.entries import (
     resolve_class_names,
     split_line,
 )
-from lightning_multigrid.data.store.format import is_store
+from lightning_multigrid.data.manifests.store_folder import is_store
 
 __all__ = ["FRAMES_OUTPUT_MARKER", "read_folder_manifest", "read_manifest", "write_manifest"]
 

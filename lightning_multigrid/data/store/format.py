@@ -1,11 +1,13 @@
 """The packed frame store on disk: its files, its index, and reading them back.
 
 A store is a folder written by ``lightning-multigrid pack-frames``
-(:func:`~lightning_multigrid.data.tools.pack.pack_frames`)::
+(:func:`~lightning_multigrid.data.tools.pack.pack_frames`, through
+:mod:`~lightning_multigrid.data.store.write`)::
 
     train.store/
-      store.json                     header: levels, files, class names, videos' names and labels,
-                                     the videos left out when packing (and why); written last
+      store.json                     header (:class:`~lightning_multigrid.data.store.header.StoreHeader`):
+                                     levels, files, class names, videos' names and labels, the videos
+                                     left out when packing (and why); written last
       videos-<token>.npz             per video: first frame id, frame count, source size, size per level
       L160-<token>.bin               every frame's JPEG bytes at level 0, video after video
       L160-<token>.offsets.npy       int64 byte offsets into it, one per frame plus the end
@@ -34,11 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import mmap
 import os
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,16 +47,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry
+from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
+from lightning_multigrid.data.manifests.store_folder import HEADER_FILE
+from lightning_multigrid.data.store.header import StoreHeader, generation_token, level_name, read_header, videos_file
 
 __all__ = [
-    "HEADER_FILE",
-    "PACKING_MARKER",
-    "STORE_FORMAT",
     "FrameStore",
     "StoredVideo",
     "choose_level",
-    "is_store",
     "packing_lock",
     "read_store_manifest",
     "remove_released_generations",
@@ -66,13 +64,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-STORE_FORMAT = "lightning-multigrid frame store"
-STORE_VERSION = 1
-HEADER_FILE = "store.json"
-PACKING_MARKER = ".packing"  # present while pack-frames writes into the folder
-# A generation's files: `L<side>-<token>.bin`, `L<side>-<token>.offsets.npy`, `videos-<token>.npz`.
-_GENERATION_FILE = re.compile(r"^(?:L\d+|videos)-(?P<token>[0-9a-f]+)\.(?:bin|offsets\.npy|npz)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +80,6 @@ class StoredVideo:
     width: int
     height: int
     num_frames: int
-
-
-def is_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a store folder: complete, or left incomplete by an interrupted ``pack-frames``."""
-    folder = Path(path)
-    return folder.is_dir() and ((folder / HEADER_FILE).is_file() or (folder / PACKING_MARKER).exists())
 
 
 def choose_level(short_sides: np.ndarray | list[int], drawn_short_side: int) -> int:
@@ -130,14 +115,14 @@ class FrameStore:
         self.path = str(path)
         self.header, hold = _hold_generation(Path(path))
         self._hold: IO[bytes] | None = hold
-        arrays = np.load(Path(path) / self.header["videos_file"])
+        arrays = np.load(Path(path) / self.header.videos_file)
         self.first_frame: np.ndarray = arrays["first_frame"]  # int64 (videos,)
         self.num_frames: np.ndarray = arrays["num_frames"]  # int64 (videos,)
         self.source_size: np.ndarray = arrays["source_size"]  # int32 (videos, 2): width, height
         self.level_size: np.ndarray = arrays["level_size"]  # int32 (videos, levels, 2); 0 x 0: absent
         self.level_short_side: np.ndarray = self.level_size.min(axis=2)  # (videos, levels)
-        self.levels: tuple[int, ...] = tuple(int(s) for s in self.header["levels"])
-        self._index = {name: i for i, name in enumerate(self.header["names"])}
+        self.levels: tuple[int, ...] = self.header.levels
+        self._index = {entry.name: i for i, entry in enumerate(self.header.entries)}
         self._maps: list[tuple[np.ndarray, mmap.mmap]] | None = None
         self._check_files()
 
@@ -160,13 +145,13 @@ class FrameStore:
     @property
     def token(self) -> str:
         """The generation this store holds (its packing run's token)."""
-        return str(self.header["token"])
+        return self.header.token
 
     def repacked(self) -> bool:
         """Whether the folder's ``store.json`` now names another generation (the store was packed again since
         this one was opened), or names none (it is being packed again, or was removed)."""
         try:
-            return str(_read_header(Path(self.path)).get("token")) != self.token
+            return read_header(Path(self.path)).token != self.token
         except ManifestError:
             return True
 
@@ -207,7 +192,7 @@ class FrameStore:
         return [view[span[f - frames[0]] : span[f - frames[0] + 1]] for f in frames]
 
     def level_name(self, level: int) -> str:
-        return f"L{self.levels[level]}"
+        return level_name(self.levels[level])
 
     def _level(self, level: int) -> tuple[np.ndarray, mmap.mmap]:
         if self._maps is None:
@@ -215,22 +200,22 @@ class FrameStore:
         return self._maps[level]
 
     def _open_level(self, level: int) -> tuple[np.ndarray, mmap.mmap]:
-        entry = self.header["files"][level]
-        offsets = np.load(Path(self.path) / entry["offsets"], mmap_mode="r")
-        with open(Path(self.path) / entry["frames"], "rb") as file:
+        files = self.header.files[level]
+        offsets = np.load(Path(self.path) / files.offsets, mmap_mode="r")
+        with open(Path(self.path) / files.frames, "rb") as file:
             # An empty file cannot be mapped; a level of no bytes is never read.
-            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if entry["bytes"] else mmap.mmap(-1, 1)
+            data = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) if files.num_bytes else mmap.mmap(-1, 1)
         return offsets, data
 
     def _check_files(self) -> None:
         """The files the header names exist with the recorded sizes: a store damaged or mixed after packing is
         refused here, not halfway through an epoch."""
-        total = int(self.header["total_frames"])
-        for entry in self.header["files"]:
-            frames, offsets = Path(self.path) / entry["frames"], Path(self.path) / entry["offsets"]
-            if not frames.is_file() or frames.stat().st_size != entry["bytes"]:
+        total = self.header.total_frames
+        for files in self.header.files:
+            frames, offsets = Path(self.path) / files.frames, Path(self.path) / files.offsets
+            if not frames.is_file() or frames.stat().st_size != files.num_bytes:
                 raise ManifestError(
-                    f"{self.path}: {frames.name} is missing or not the size its header records ({entry['bytes']} bytes): "
+                    f"{self.path}: {frames.name} is missing or not the size its header records ({files.num_bytes} bytes): "
                     "the store was changed after packing; pack it again with `lightning-multigrid pack-frames`."
                 )
             if not offsets.is_file() or np.load(offsets, mmap_mode="r").shape != (total + 1,):
@@ -245,28 +230,18 @@ def read_store_manifest(path: str | os.PathLike[str]) -> Manifest:
     Raises:
         ManifestError: as :class:`FrameStore` (a header naming absent files included).
     """
-    header = _read_header(Path(path))
+    header = read_header(Path(path))
     _check_present(Path(path), header)  # one message naming what is absent, before any video is read
-    entries = tuple(
-        VideoEntry(entry_path, tuple(labels), int(count), video_id=video_id)
-        for entry_path, video_id, labels, count in zip(
-            header["paths"], header["video_ids"], header["labels"], header["frame_counts"]
-        )
-    )
-    names = tuple(header["class_names"]) if header["class_names"] is not None else None
-    return Manifest(entries, int(header["num_classes"]), bool(header["multi_label"]), names, str(path), "store")
+    return header.manifest(str(path))
 
 
 def store_digest(path: str | os.PathLike[str]) -> str | None:
     """What the store was packed from, as ``pack-frames`` recorded it (``packed_from.digest``: by default the
     SHA-256 of the manifest file); ``None`` when the folder holds no complete store or the packing recorded none."""
     try:
-        header = _read_header(Path(path))
+        return read_header(Path(path)).packing.digest
     except ManifestError:
         return None
-    packed_from = header.get("packed_from")
-    digest = packed_from.get("digest") if isinstance(packed_from, dict) else None
-    return str(digest) if digest else None
 
 
 def remove_released_generations(folder: str | os.PathLike[str]) -> list[str]:
@@ -284,10 +259,10 @@ def remove_released_generations(folder: str | os.PathLike[str]) -> list[str]:
         except BlockingIOError:
             return []
         try:
-            keep = str(_read_header(path)["token"])
+            keep = read_header(path).token
         except ManifestError:
             return []
-        before = {m["token"] for p in path.iterdir() if (m := _GENERATION_FILE.match(p.name))} - {keep}
+        before = {token for p in path.iterdir() if (token := generation_token(p.name))} - {keep}
         try:
             in_use = remove_unused_generations(path, keep)
         except OSError:  # a read-only disk: nothing to remove there
@@ -299,7 +274,7 @@ def remove_released_generations(folder: str | os.PathLike[str]) -> list[str]:
 
 def store_failures(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
     """The videos ``pack-frames`` left out of a store, with the reason: ``[(name, reason), ...]``."""
-    return [(str(f["name"]), str(f["reason"])) for f in _read_header(Path(path))["failures"]]
+    return list(read_header(Path(path)).failures)
 
 
 @contextlib.contextmanager
@@ -349,12 +324,12 @@ def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list
     base = Path(folder)
     by_token: dict[str, list[Path]] = {}
     for path in base.iterdir():
-        match = _GENERATION_FILE.match(path.name)
-        if match and match["token"] != keep:
-            by_token.setdefault(match["token"], []).append(path)
+        token = generation_token(path.name)
+        if token is not None and token != keep:
+            by_token.setdefault(token, []).append(path)
     in_use = []
     for token, paths in sorted(by_token.items()):
-        videos = base / f"videos-{token}.npz"
+        videos = base / videos_file(token)
         with contextlib.ExitStack() as stack:
             if videos.exists():
                 handle = stack.enter_context(open(videos, "rb"))
@@ -371,7 +346,7 @@ def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list
     return in_use
 
 
-def _hold_generation(folder: Path) -> tuple[dict[str, Any], IO[bytes]]:
+def _hold_generation(folder: Path) -> tuple[StoreHeader, IO[bytes]]:
     """The store's header and a shared lock on the generation it names, so no packing run removes its files.
 
     Raises:
@@ -379,20 +354,20 @@ def _hold_generation(folder: Path) -> tuple[dict[str, Any], IO[bytes]]:
     """
     previous = None
     while True:
-        header = _read_header(folder)
+        header = read_header(folder)
         hold = _hold_videos_file(folder, header)
         if hold is not None:
             _check_present(folder, header)
             return header, hold
-        if header.get("token") == previous:
+        if header.token == previous:
             _check_present(folder, header)  # the same header twice, its file absent: raises
-        previous = header.get("token")  # packed again meanwhile: read the new header
+        previous = header.token  # packed again meanwhile: read the new header
 
 
-def _hold_videos_file(folder: Path, header: dict[str, Any]) -> IO[bytes] | None:
+def _hold_videos_file(folder: Path, header: StoreHeader) -> IO[bytes] | None:
     """The generation's videos file, open with a shared lock; ``None`` when it is absent or was removed."""
     try:
-        handle = open(folder / header["videos_file"], "rb")  # noqa: SIM115 -- held for the store's life
+        handle = open(folder / header.videos_file, "rb")  # noqa: SIM115 -- held for the store's life
     except FileNotFoundError:
         return None
     fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
@@ -402,9 +377,9 @@ def _hold_videos_file(folder: Path, header: dict[str, Any]) -> IO[bytes] | None:
     return handle
 
 
-def _check_present(folder: Path, header: dict[str, Any]) -> None:
+def _check_present(folder: Path, header: StoreHeader) -> None:
     """Every file the header names exists, or one error naming the absent ones and the fix."""
-    named = [header["videos_file"], *(f for entry in header["files"] for f in (entry["frames"], entry["offsets"]))]
+    named = [header.videos_file, *(name for files in header.files for name in (files.frames, files.offsets))]
     missing = [name for name in named if not (folder / name).is_file()]
     if missing:
         raise ManifestError(
@@ -413,23 +388,3 @@ def _check_present(folder: Path, header: dict[str, Any]) -> None:
             f"store again with `lightning-multigrid pack-frames <manifest> {folder}`."
         )
 
-
-def _read_header(folder: Path) -> dict[str, Any]:
-    header_file = folder / HEADER_FILE
-    if not header_file.is_file():
-        raise ManifestError(
-            f"{folder} is an incomplete frame store (no {HEADER_FILE}: `pack-frames` was interrupted or is still "
-            "running): run `lightning-multigrid pack-frames` again; it rebuilds the store."
-        )
-    try:
-        header = json.loads(header_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ManifestError(f"{header_file}: not a readable store header ({error}); pack the store again.") from None
-    if not isinstance(header, dict) or header.get("format") != STORE_FORMAT:
-        raise ManifestError(f"{header_file}: not a {STORE_FORMAT} header.")
-    if header.get("version") != STORE_VERSION:
-        raise ManifestError(
-            f"{header_file}: store version {header.get('version')!r}, this version of lightning-multigrid reads "
-            f"{STORE_VERSION}: pack the store again."
-        )
-    return header

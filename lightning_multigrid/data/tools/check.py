@@ -35,7 +35,8 @@ from lightning_multigrid.data.decoding.frames import check_frame_folder
 from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCache, VideoMetadata
 from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
-from lightning_multigrid.data.store.format import HEADER_FILE, store_failures
+from lightning_multigrid.data.manifests.store_folder import HEADER_FILE
+from lightning_multigrid.data.store.format import store_failures
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE

@@ -6,8 +6,10 @@ checks it: a video with a frame that does not decode (or a folder that is missin
 frames or mixes sizes; a video file that is not one or decodes short) is a bad video, named with
 ``check-data``'s words, recorded in the store's header and left out. The good videos' frames are
 resized to each level's short side (never up: a smaller source keeps its size, and its bytes when
-they are JPEG already) and appended, video after video, to one file per level
-(:mod:`~lightning_multigrid.data.store.format`).
+they are JPEG already) and handed to the store's writer (:mod:`~lightning_multigrid.data.store.write`),
+which appends them, video after video, to one file per level
+(:mod:`~lightning_multigrid.data.store.format`). This module is the command: its options, checks,
+progress and messages.
 
 Level 0 is the largest short side the grids draw, the maximum of the jitter scales
 (:meth:`~lightning_multigrid.grid.ClipSampling.scales_for_base`: 160 for a 112 crop, 320 for 224):
@@ -32,35 +34,24 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import os
-import secrets
 import sys
-from array import array
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Literal
 
-import numpy as np
 from PIL import Image
 
 from lightning_multigrid._checks import check_int, check_positive_int
-from lightning_multigrid.data.clip_params import resized_size
 from lightning_multigrid.data.decoding.errors import VideoDecodeError, describe_error, unreadable
 from lightning_multigrid.data.decoding.frame_names import DEFAULT_LAYOUT, FrameLayout
 from lightning_multigrid.data.decoding.frames import jpeg_end, load_checked_frame, open_frame_folder
 from lightning_multigrid.data.manifests.entries import Manifest, VideoEntry
-from lightning_multigrid.data.store.format import (
-    HEADER_FILE,
-    PACKING_MARKER,
-    STORE_FORMAT,
-    STORE_VERSION,
-    is_store,
-    packing_lock,
-    remove_unused_generations,
-)
+from lightning_multigrid.data.manifests.store_folder import is_store
+from lightning_multigrid.data.store.header import Packing
+from lightning_multigrid.data.store.write import PackedVideo, store_writer
 from lightning_multigrid.data.tools.check import VideoCheck, incomplete_decode
 from lightning_multigrid.data.tools.processes import map_in_processes
 from lightning_multigrid.grid import ClipSampling
@@ -123,16 +114,6 @@ class _Job:
     layout: FrameLayout
 
 
-@dataclass(slots=True)
-class _Packed:
-    """One video's frames at every level (or why it is bad)."""
-
-    source_size: tuple[int, int] = (0, 0)
-    level_sizes: list[tuple[int, int]] = field(default_factory=list)
-    frames: list[list[bytes]] = field(default_factory=list)  # [level][frame]
-    error: str | None = None
-
-
 def pack_frames(
     manifest: Manifest,
     output: str | os.PathLike[str],
@@ -187,28 +168,21 @@ def pack_frames(
     out = Path(output)
     _check_output(out, manifest)
     digest = source_digest if source_digest is not None else manifest_digest(manifest.source)
+    packing = Packing(manifest.source, manifest.format, digest, crop_size, jitter_scales, quality, subsampling)
     jobs = [_Job(entry, manifest.format, sides, quality, subsampling, layout) for entry in manifest.entries]
-    with packing_lock(out):  # another packing run into `out` finishes first; none starts meanwhile
-        (out / PACKING_MARKER).write_text(f"pack-frames started by process {os.getpid()}\n", encoding="utf-8")
-        _remove(out, lambda name: name.endswith(".partial"))  # an interrupted run's
-        writer = _StoreWriter(out, sides)
-        try:
-            for job, packed in _packed_videos(jobs, workers, progress):
-                writer.add(job.entry, packed)
-            if not writer.entries:
-                first = writer.failures[0] if writer.failures else None
-                raise ValueError(
-                    f"No video of {manifest.source} could be packed"
-                    + (f", e.g. {first.path}: {first.error}" if first else "")
-                    + ". Run `lightning-multigrid check-data` on it to list the bad files."
-                )
-            writer.commit(manifest, crop_size, jitter_scales, (quality, subsampling), digest)
-        finally:
-            writer.close()
-            # This run's unfinished files; the marker stays until a store is complete, so a folder that
-            # never got one is refused as incomplete rather than read as something else.
-            _remove(out, lambda name: name.endswith(".partial") and writer.token in name)
-    return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), tuple(writer.failures))
+    with store_writer(out, sides) as writer:  # another packing run into `out` finishes first
+        for job, packed in _packed_videos(jobs, workers, progress):
+            writer.add(job.entry, packed)
+        if not writer.entries:
+            first = writer.failures[0] if writer.failures else None
+            raise ValueError(
+                f"No video of {manifest.source} could be packed"
+                + (f", e.g. {first.name}: {first.reason}" if first else "")
+                + ". Run `lightning-multigrid check-data` on it to list the bad files."
+            )
+        writer.commit(manifest, packing)
+    failures = tuple(VideoCheck(f.name, None, f.reason) for f in writer.failures)
+    return PackReport(out, len(writer.entries), writer.total_frames, sides, writer.level_bytes(), failures)
 
 
 def manifest_digest(source: str | os.PathLike[str]) -> str | None:
@@ -252,7 +226,7 @@ def _check_writable(out: Path) -> None:
         )
 
 
-def _packed_videos(jobs: list[_Job], workers: int | None, progress: bool) -> Iterator[tuple[_Job, _Packed]]:
+def _packed_videos(jobs: list[_Job], workers: int | None, progress: bool) -> Iterator[tuple[_Job, PackedVideo]]:
     from tqdm import tqdm
 
     bar = tqdm(total=len(jobs), unit="video", desc="pack-frames", disable=not progress, file=sys.stderr)
@@ -262,19 +236,19 @@ def _packed_videos(jobs: list[_Job], workers: int | None, progress: bool) -> Ite
             yield job, packed
 
 
-def _pack_video(job: _Job) -> _Packed:
+def _pack_video(job: _Job) -> PackedVideo:
     """One video's frames at every level, each frame decoded and checked once; a bad video's reason."""
     try:
         return _pack_frame_folder(job) if job.kind == "frames" else _pack_video_file(job)
     except VideoDecodeError as error:
-        return _Packed(error=error.reason)
+        return PackedVideo(error=error.reason)
     except OSError as error:  # a permission error, a file gone meanwhile: as training and check-data
-        return _Packed(error=unreadable(error))
+        return PackedVideo(error=unreadable(error))
 
 
-def _pack_frame_folder(job: _Job) -> _Packed:
+def _pack_frame_folder(job: _Job) -> PackedVideo:
     folder = open_frame_folder(job.entry, job.layout)
-    packed = _start(folder.width, folder.height, job.levels)
+    packed = PackedVideo.of_size(folder.width, folder.height, job.levels)
     keeps_size = packed.source_size in packed.level_sizes
     for index in range(folder.num_frames):
         with load_checked_frame(folder, index) as image:
@@ -290,7 +264,7 @@ def _image_bytes(data: bytes) -> bytes:
     return data if end is None or end == len(data) else data[:end]
 
 
-def _pack_video_file(job: _Job) -> _Packed:
+def _pack_video_file(job: _Job) -> PackedVideo:
     import av
 
     from lightning_multigrid.data.decoding.display import displayed_rgb
@@ -299,7 +273,7 @@ def _pack_video_file(job: _Job) -> _Packed:
     path = job.entry.path
     with VideoReader(path) as video:  # names missing, empty, non-video files as check-data does
         metadata = video.metadata
-    packed = _start(metadata.width, metadata.height, job.levels)
+    packed = PackedVideo.of_size(metadata.width, metadata.height, job.levels)
     decoded = 0
     try:
         with av.open(path) as container:
@@ -318,17 +292,7 @@ def _pack_video_file(job: _Job) -> _Packed:
     return packed
 
 
-def _start(width: int, height: int, levels: tuple[int, ...]) -> _Packed:
-    """Each level's frame size for a source of ``width x height``: never upscaled; 0 x 0 where a level
-    would repeat the size of the level above (it then holds no bytes of this video)."""
-    sizes: list[tuple[int, int]] = []
-    for side in levels:
-        size = (width, height) if min(width, height) <= side else resized_size(width, height, side)
-        sizes.append((0, 0) if size in sizes else size)
-    return _Packed((width, height), sizes, [[] for _ in levels])
-
-
-def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, job: _Job) -> None:
+def _add_frame(packed: PackedVideo, image: Image.Image, data: bytes | None, job: _Job) -> None:
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     for size, frames in zip(packed.level_sizes, packed.frames):
         if size == (0, 0):
@@ -341,124 +305,3 @@ def _add_frame(packed: _Packed, image: Image.Image, data: bytes | None, job: _Jo
         resized.save(buffer, format="JPEG", quality=job.quality, subsampling=job.subsampling)
         frames.append(buffer.getvalue())
 
-
-class _StoreWriter:
-    """Appends packed videos to the level files under this run's token; :meth:`commit` makes them a store."""
-
-    def __init__(self, out: Path, levels: tuple[int, ...]) -> None:
-        self.out = out
-        self.levels = levels
-        self.token = secrets.token_hex(4)
-        self.names = [f"L{side}-{self.token}" for side in levels]
-        self.files: list[IO[bytes]] = []
-        for name in self.names:
-            self.files.append(open(out / f"{name}.bin.partial", "wb"))  # noqa: SIM115 -- closed in close()
-        self.offsets = [array("q", [0]) for _ in levels]
-        self.entries: list[VideoEntry] = []
-        self.failures: list[VideoCheck] = []
-        self.first_frame: list[int] = []
-        self.source_sizes: list[tuple[int, int]] = []
-        self.level_sizes: list[list[tuple[int, int]]] = []
-        self.total_frames = 0
-
-    def add(self, entry: VideoEntry, packed: _Packed) -> None:
-        if packed.error is not None:
-            self.failures.append(VideoCheck(entry.name, None, packed.error))
-            return
-        count = max(len(frames) for frames in packed.frames)
-        for file, offsets, frames in zip(self.files, self.offsets, packed.frames):
-            end = offsets[-1]
-            for k in range(count):
-                if frames:  # a level absent for this video keeps its offsets flat
-                    file.write(frames[k])
-                    end += len(frames[k])
-                offsets.append(end)
-        self.entries.append(VideoEntry(entry.path, entry.labels, count, video_id=entry.video_id))
-        self.first_frame.append(self.total_frames)
-        self.source_sizes.append(packed.source_size)
-        self.level_sizes.append(packed.level_sizes)
-        self.total_frames += count
-
-    def level_bytes(self) -> tuple[int, ...]:
-        return tuple(int(offsets[-1]) for offsets in self.offsets)
-
-    def commit(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
-        encoding: tuple[int, Subsampling], digest: str | None,
-    ) -> None:
-        """Finish every file, rename it into place, then the header; remove what older runs left."""
-        renames: list[tuple[Path, Path]] = []
-        for file, name, offsets in zip(self.files, self.names, self.offsets):
-            _finish(file)
-            renames.append((self.out / f"{name}.bin.partial", self.out / f"{name}.bin"))
-            with open(self.out / f"{name}.offsets.npy.partial", "wb") as handle:
-                np.save(handle, np.frombuffer(offsets, dtype=np.int64))
-                _finish(handle)
-            renames.append((self.out / f"{name}.offsets.npy.partial", self.out / f"{name}.offsets.npy"))
-        videos_file = f"videos-{self.token}.npz"
-        with open(self.out / f"{videos_file}.partial", "wb") as handle:
-            np.savez(
-                handle,
-                first_frame=np.asarray(self.first_frame, dtype=np.int64),
-                num_frames=np.asarray([e.num_frames for e in self.entries], dtype=np.int64),
-                source_size=np.asarray(self.source_sizes, dtype=np.int32).reshape(-1, 2),
-                level_size=np.asarray(self.level_sizes, dtype=np.int32).reshape(-1, len(self.levels), 2),
-            )
-            _finish(handle)
-        renames.append((self.out / f"{videos_file}.partial", self.out / videos_file))
-        for partial, final in renames:
-            os.replace(partial, final)
-        header = self._header(manifest, crop_size, jitter_scales, encoding, videos_file, digest)
-        with open(self.out / f"{HEADER_FILE}.partial", "w", encoding="utf-8") as text:
-            json.dump(header, text)
-            _finish(text)
-        os.replace(self.out / f"{HEADER_FILE}.partial", self.out / HEADER_FILE)  # the commit point
-        # Older packings' files, unless a run still reads them (they go at a later packing).
-        remove_unused_generations(self.out, self.token)
-        (self.out / PACKING_MARKER).unlink(missing_ok=True)
-
-    def close(self) -> None:
-        for file in self.files:
-            file.close()
-
-    def _header(
-        self, manifest: Manifest, crop_size: int, jitter_scales: tuple[int, int] | None,
-        encoding: tuple[int, Subsampling], videos_file: str, digest: str | None,
-    ) -> dict[str, Any]:
-        return {
-            "format": STORE_FORMAT,
-            "version": STORE_VERSION,
-            "token": self.token,
-            "levels": list(self.levels),
-            "files": [
-                {"frames": f"{name}.bin", "offsets": f"{name}.offsets.npy", "bytes": int(offsets[-1])}
-                for name, offsets in zip(self.names, self.offsets)
-            ],
-            "videos_file": videos_file,
-            "total_frames": self.total_frames,
-            "names": [e.name for e in self.entries],
-            "paths": [e.path for e in self.entries],
-            "video_ids": [e.video_id for e in self.entries],
-            "labels": [list(e.labels) for e in self.entries],
-            "frame_counts": [e.num_frames for e in self.entries],
-            "num_classes": manifest.num_classes,
-            "multi_label": manifest.multi_label,
-            "class_names": list(manifest.class_names) if manifest.class_names is not None else None,
-            "failures": [{"name": f.path, "reason": f.error} for f in self.failures],
-            "packed_from": {"source": manifest.source, "format": manifest.format, "digest": digest},
-            "packed_for": {"crop_size": crop_size, "jitter_scales": list(jitter_scales) if jitter_scales else None},
-            "quality": encoding[0],
-            "subsampling": encoding[1],  # absent in stores packed before it was recorded: 4:2:0
-        }
-
-
-def _finish(file: IO[Any]) -> None:
-    """Flush to disk: the renames that follow must never publish a file whose bytes are still in flight."""
-    file.flush()
-    os.fsync(file.fileno())
-
-
-def _remove(out: Path, wanted: Callable[[str], bool]) -> None:
-    for path in out.iterdir():
-        if path.is_file() and wanted(path.name):
-            path.unlink()
