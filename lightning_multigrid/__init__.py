@@ -29,7 +29,7 @@ _LAZY = {
     "MultigridCallback": "lightning_multigrid.callback",
     "GridMemoryFormat": "lightning_multigrid.memory_format",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",
-    "ReaderSettings": "lightning_multigrid.data.decoding.settings",  # the DataModule's `reader_settings`
+    "ReaderSettings": "lightning_multigrid.data.reader_settings",  # the DataModule's `reader_settings`
     "VideoClassifier": "lightning_multigrid.module",
     "MultigridBatchNorm": "lightning_multigrid.norm",
     "apply_bn_plan": "lightning_multigrid.norm",
