@@ -33,6 +33,7 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.cli",
     f"{PACKAGE}.compare",
     f"{PACKAGE}.data.datamodule",
+    f"{PACKAGE}.fit_facts",
     f"{PACKAGE}.memory_format",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
@@ -45,7 +46,7 @@ PURE = {
     PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
     f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
     f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
-    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options",
+    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options", f"{PACKAGE}.fit_plan",
 }
 # The schedule's modules: the options and config, a stage, the two builders, the schedule value.
 SCHEDULE_MODULES = {
