@@ -1,12 +1,8 @@
 """MultigridCallback: the only class that changes the Trainer's settings.
 
-When fitting starts it reads what the Trainer, the module, the DataModule and a checkpoint say
-(:meth:`MultigridCallback._read_fit`), asks :func:`~lightning_multigrid.fit_plan.plan_fit` for the
-fit's plan, and applies it: the Trainer's settings, the schedule handed to the DataModule
-(``serve``), the learning rate (:mod:`~lightning_multigrid.lr`), BatchNorm grouping. Then its hooks
-only read Trainer state, ask the schedule and apply the answer (the grid, the LR position, the
-BatchNorm plan, precise BN, logging). What it needs from a DataModule is :class:`GridDataModule`;
-what it can use besides are the capability Protocols of :mod:`~lightning_multigrid.contracts`.
+When fitting starts it reads the run (:mod:`~lightning_multigrid.fit_facts`), asks for the fit's plan
+(:mod:`~lightning_multigrid.fit_plan`) and applies it; then its hooks only read Trainer state, ask the
+schedule and apply the answer. A DataModule must be a :class:`~lightning_multigrid.contracts.GridDataModule`.
 """
 
 from __future__ import annotations
@@ -18,20 +14,16 @@ from typing_extensions import override
 
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import drop_train_loader, setting_owner, watch_train_fetches
-from lightning_multigrid._lightning import Callback, pl, rank_zero_info, rank_zero_warn
+from lightning_multigrid._lightning import Callback, pl, rank_zero_info
 from lightning_multigrid.batch_grid import BatchGridCheck
 from lightning_multigrid.config import DEFAULTS, BatchSizing, MultigridOptions, ShortRun, check_milestones
-from lightning_multigrid.contracts import (
-    GridDataModule,
-    LoadingAdviceDataModule,
-    PreciseBNDataModule,
-    SkipCountingDataModule,
-)
-from lightning_multigrid.fit_facts import check_trainer, measure_costs, preflight_grids, read_fit
+from lightning_multigrid.contracts import GridDataModule, LoadingAdviceDataModule, SkipCountingDataModule
+from lightning_multigrid.fit_facts import check_trainer, preflight_grids, read_fit, with_measured_costs
 from lightning_multigrid.fit_plan import FitPlan, plan_fit, short_run_option
 from lightning_multigrid.lr import MultigridLR, check_schedulers
 from lightning_multigrid.meter import DataWaitMeter
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm, create_sync_groups
+from lightning_multigrid.precise_bn import PreciseBN
 from lightning_multigrid.resume import restore_rng, start_resumed_fit
 from lightning_multigrid.rng import EpochBoundaryRNG, gather_rng_states
 from lightning_multigrid.schedule import MultigridSchedule
@@ -44,49 +36,30 @@ __all__ = ["MultigridCallback"]
 class MultigridCallback(Callback):
     """Train on the multigrid schedule: add it to a Trainer that trains a baseline.
 
-    The Trainer's ``max_epochs`` and the user's optimizer and LR scheduler describe the baseline
-    run; the callback turns them into a multigrid run of ``epoch_factor``-times as many (cheaper)
-    epochs. The LightningModule must accept any batch, frames and crop size (see
-    :func:`lightning_multigrid.models.make_multigrid_compatible`). The multigrid options are kept as
-    one value, :attr:`options` (a :class:`~lightning_multigrid.config.MultigridOptions`, which
-    describes each and holds its default). How every Trainer setting is read, mapped, restored
-    after fit or refused: ``docs/trainer.md``.
+    The Trainer's ``max_epochs`` and the user's optimizer and LR scheduler describe the baseline run;
+    the callback turns it into ``epoch_factor``-times as many cheaper epochs. The LightningModule must take
+    any grid (:func:`~lightning_multigrid.models.make_multigrid_compatible`). The multigrid options are one
+    value, :attr:`options` (:class:`~lightning_multigrid.config.MultigridOptions` describes each in full);
+    how each Trainer setting is read, mapped, restored after fit or refused: ``docs/trainer.md``.
 
     Args:
         enabled: ``False`` turns the callback into a no-op, so one config runs the baseline too.
         long_cycle: vary frames and crop over epochs (paper, Section 3.2).
         short_cycle: vary the crop every iteration.
         epoch_factor: multigrid epochs relative to the baseline's ``max_epochs``.
-        milestones: baseline epochs where LR stages start. ``None``: the module's ``lr_milestones``,
-            else the user's ``MultiStepLR``/``StepLR`` (also inside ``SequentialLR``), else one long cycle.
+        milestones: baseline epochs where LR stages start (``None``: the module's, or its ``MultiStepLR``/``StepLR``'s).
         bn_base_size: clips over which BatchNorm computes statistics.
-        convert_batchnorm: replace BatchNorm with :class:`~lightning_multigrid.norm.MultigridBatchNorm`
-            so its grouping follows the schedule (with the long cycle); off: plain BatchNorm.
-        manage_lr: map each step onto the baseline LR timeline, scaled by the long-cycle factor;
-            off leaves the LR to the user.
-        precise_bn_batches: before a validation, when the weights changed, recompute BatchNorm
-            statistics at the base shape over this many batches of the DataModule's
-            ``precise_bn_dataloader()`` (0: off).
-        preflight: run one tiny forward per grid when fitting starts, to fail before training.
-        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first. ``None``:
-            the paper's four, or for a short run from pretrained weights the pretrained default
-            (:func:`~lightning_multigrid.config.default_long_cycle_factors`).
+        convert_batchnorm: group BatchNorm as the schedule says (:class:`~lightning_multigrid.norm.MultigridBatchNorm`).
+        manage_lr: map each step onto the baseline LR timeline, scaled by the long-cycle factor.
+        precise_bn_batches: batches of ``precise_bn_dataloader()`` that recompute BatchNorm before validating (0: off).
+        preflight: one tiny forward per grid when fitting starts, to fail before training.
+        long_cycle_factors: ``(t_factor, s_factor)`` per long-cycle shape, coarsest first (``None``: the default).
         short_cycle_factors: crop factors of the two smaller short-cycle iterations (``None``: the paper's).
-        full_grid_share: at least this fraction of the baseline's iterations at the full grid, in a
-            fine-tuning phase without short cycle (``0``: the paper's schedule).
+        full_grid_share: at least this fraction of the baseline's iterations at the full grid.
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch.
-        short_run: the short-run mode for runs of a few thousand steps (coarse grids at about the
-            base batch, then the full grid; ``docs/finetuning-and-short-runs.md``): ``True`` with its
-            defaults, a :class:`~lightning_multigrid.config.ShortRun` to set them (YAML:
-            ``short_run: {coarse_share: 0.3}``), ``False``/``None`` off.
-        pretrained: whether the model starts from pretrained weights, which picks the warm-up rule
-            (the pretrained rule ramps over its share of the baseline timeline, the from-scratch rule
-            over the baseline warm-up's optimizer steps) and the short-run default shapes. ``None``:
-            the module's ``pretrained`` (from scratch without one). A resume keeps its checkpoint's
-            rule and refuses this argument asking for the other.
-        batch_sizing: ``"equation1"`` (the paper's batches), or ``"flops"``/``"time"``: each grid's
-            batch sized by its cost per clip, measured once when fitting starts (rank 0's, kept in
-            the checkpoint; :mod:`~lightning_multigrid.cost`).
+        short_run: the short-run mode: ``True`` with its defaults, or a :class:`~lightning_multigrid.config.ShortRun`.
+        pretrained: the model starts from pretrained weights (the warm-up rule; ``None``: the module says).
+        batch_sizing: ``"equation1"`` (the paper's batches), or by each grid's measured ``"flops"`` or ``"time"``.
 
     Example::
 
@@ -114,29 +87,20 @@ class MultigridCallback(Callback):
         pretrained: bool | None = DEFAULTS.pretrained,
         batch_sizing: BatchSizing = DEFAULTS.batch_sizing,
     ) -> None:
-        # The schedule's own checks run as the options are built; those that need the base grid or
-        # the Trainer run in setup.
+        # The options check themselves; what needs the base grid or the Trainer is checked in setup.
         self.options = MultigridOptions(
-            long_cycle=long_cycle,
-            short_cycle=short_cycle,
-            epoch_factor=epoch_factor,
+            long_cycle=long_cycle, short_cycle=short_cycle, epoch_factor=epoch_factor,
             long_cycle_factors=DEFAULTS.long_cycle_factors if long_cycle_factors is None else long_cycle_factors,
             short_cycle_factors=DEFAULTS.short_cycle_factors if short_cycle_factors is None else short_cycle_factors,
-            bn_base_size=bn_base_size,
-            full_grid_share=full_grid_share,
-            scale_bn_base_size=scale_bn_base_size,
-            short_run=short_run_option(short_run),
-            pretrained=pretrained,
-            batch_sizing=batch_sizing,
+            bn_base_size=bn_base_size, full_grid_share=full_grid_share, scale_bn_base_size=scale_bn_base_size,
+            short_run=short_run_option(short_run), pretrained=pretrained, batch_sizing=batch_sizing,
         )
         self._long_cycle_factors_given = long_cycle_factors is not None  # a user's choice always wins
         if milestones is not None:
             check_milestones(milestones)
         check_int("precise_bn_batches", precise_bn_batches, 0)
-        for name, flag in (
-            ("enabled", enabled), ("convert_batchnorm", convert_batchnorm), ("manage_lr", manage_lr),
-            ("preflight", preflight),
-        ):
+        flags = {"enabled": enabled, "convert_batchnorm": convert_batchnorm, "manage_lr": manage_lr, "preflight": preflight}
+        for name, flag in flags.items():
             check_bool(name, flag)
         self.enabled = enabled
         self.milestones = milestones
@@ -157,13 +121,12 @@ class MultigridCallback(Callback):
             self._lr.detach()
         self._lr = None
         self._applied_bn: BNPlan | None = None
-        self._precise_bn_done: tuple[int, int] | None = None  # (id of the module, global step)
+        self._precise_bn = PreciseBN()
         self._meter = DataWaitMeter()
         self._log: StepLog | None = None  # built with the schedule
         self._grid_check = BatchGridCheck()
         self._rng = EpochBoundaryRNG()
-        # Trainer settings the callback changes during fit, with their values to restore.
-        self._trainer_settings: dict[str, Any] = {}
+        self._trainer_settings: dict[str, Any] = {}  # those changed for this fit, with the user's values
 
     @property
     def schedule(self) -> MultigridSchedule | None:
@@ -172,11 +135,8 @@ class MultigridCallback(Callback):
 
     @property
     def _manages_batchnorm(self) -> bool:
-        # Without the long cycle the batch never changes, and the reference implementation keeps
-        # the model's BatchNorm as it is: so do we (DESIGN.md section 1).
+        # Without the long cycle the batch never changes: the model's BatchNorm stays as it is (DESIGN.md section 1).
         return self.convert_batchnorm and self.options.long_cycle
-
-    # ---------------------------------------------------------------- set-up
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -196,13 +156,9 @@ class MultigridCallback(Callback):
             return
         check_schedulers(trainer.lr_scheduler_configs, manage_lr=self.manage_lr, milestones_given=self.milestones is not None)
         given = self._long_cycle_factors_given
-        facts = read_fit(
-            trainer, pl_module, self._restored, max_epochs=self._baseline_max_epochs, options=self.options,
-            long_cycle_factors_given=given,
-        )
+        facts = read_fit(trainer, pl_module, self._restored, self._baseline_max_epochs, self.options, long_cycle_factors_given=given)
         plan = plan_fit(facts, self.options, milestones=self.milestones, long_cycle_factors_given=given)
-        if plan.grids_to_measure:  # a resumed run has the checkpoint's costs
-            plan = self._measure(trainer, pl_module, plan)
+        plan = with_measured_costs(trainer, pl_module, plan, preflight=self.preflight)
         for note in plan.notes:
             rank_zero_info(f"multigrid: {note}")
         self._plan = plan
@@ -230,28 +186,11 @@ class MultigridCallback(Callback):
         search = None if self._lr is None else self._lr.warmup_search
         rank_zero_info(plan.summary(convert_batchnorm=self.convert_batchnorm, manage_lr=self.manage_lr, warmup_search=search))
 
-    def _measure(self, trainer: pl.Trainer, pl_module: pl.LightningModule, plan: FitPlan) -> FitPlan:
-        """``plan`` with the measured cost of each grid it names, after checking the model takes them."""
-        from lightning_multigrid.cost import implausible_costs_warning
-
-        grids = plan.grids_to_measure
-        if self.preflight:  # a grid the model cannot take fails here with the layer named, not while measuring
-            preflight_grids(pl_module, trainer.datamodule, grids)
-        method = plan.config.options.batch_sizing
-        assert method != "equation1"
-        plan = plan.with_clip_costs(measure_costs(trainer, pl_module, grids, method))
-        warning = implausible_costs_warning(plan.config)
-        if warning is not None:
-            rank_zero_warn(f"multigrid: {warning}")
-        return plan
-
     def _change(self, trainer: pl.Trainer, name: str, value: Any) -> None:
         """Set a Trainer setting for this fit; :meth:`teardown` puts the user's value back."""
         owner = setting_owner(trainer, name)
         self._trainer_settings.setdefault(name, getattr(owner, name))
         setattr(owner, name, value)
-
-    # ------------------------------------------------------------- training
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -297,9 +236,8 @@ class MultigridCallback(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Reload the train loader only where the long-cycle shape (or the short cycle: a
-        # `full_grid_share` fine-tuning drops it) changes, so Lightning reads the new epoch length
-        # there; the DataModule decides whether that needs a new loader.
+        # Reload the train loader only where the grids change (the long-cycle shape, or the short cycle
+        # that a fine-tuning phase drops), so Lightning reads the new epoch length; the DataModule decides the rest.
         if self.schedule is None:
             return
         if self._log is not None:
@@ -311,22 +249,8 @@ class MultigridCallback(Callback):
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._meter.pause()  # validation is not time spent waiting for training data
-        if trainer.sanity_checking or not self.precise_bn_batches or self.schedule is None:
-            return
-        datamodule = trainer.datamodule
-        if not isinstance(datamodule, PreciseBNDataModule):
-            return  # warned in setup
-        # Only when the weights changed since the last run (a second validation at the same
-        # step, or `trainer.validate()` after fit, would only redraw the statistics).
-        done = (id(pl_module), trainer.global_step)
-        if done == self._precise_bn_done:
-            return
-        from lightning_multigrid.precise_bn import update_bn_stats
-
-        update_bn_stats(trainer, pl_module, datamodule.precise_bn_dataloader(), self.precise_bn_batches)
-        self._precise_bn_done = done
-        # Precise BN ran at the base shape in plain mode; training resumes with its own plan.
-        self._applied_bn = None
+        if self.schedule is not None and self._precise_bn.before_validation(trainer, pl_module, self.precise_bn_batches):
+            self._applied_bn = None  # it ran at the base shape in plain mode; training resumes with its own plan
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -352,8 +276,7 @@ class MultigridCallback(Callback):
         if self._unwatch_fetches is not None:
             self._unwatch_fetches()
             self._unwatch_fetches = None
-        # Give the Trainer back the baseline's settings, so a second `fit` sees what the user
-        # set, not the multigrid run's epochs.
+        # Give the Trainer back the baseline's settings: a second `fit` sees what the user set.
         for name, value in self._trainer_settings.items():
             setattr(setting_owner(trainer, name), name, value)
         self._trainer_settings.clear()
@@ -361,15 +284,14 @@ class MultigridCallback(Callback):
         if self.schedule is not None and isinstance(datamodule, GridDataModule):
             datamodule.serve(None)
 
-    # --------------------------------------------------------------- resume
-
     @override
     def state_dict(self) -> dict[str, Any]:
-        if self.schedule is None:
+        plan = self._plan
+        if plan is None or plan.schedule is None:
             return {}
         # Lightning saves checkpoints on every rank (only rank 0 writes): every rank's random state is gathered.
         rng = gather_rng_states(self._rng.state())
-        return {"config": self.schedule.config.to_dict(), "pretrained": self._plan.uses_pretrained, "rng": rng}
+        return {"config": plan.schedule.config.to_dict(), "pretrained": plan.uses_pretrained, "rng": rng}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

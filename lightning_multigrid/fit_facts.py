@@ -2,8 +2,8 @@
 
 :func:`check_trainer` refuses in ``setup`` what cannot train multigrid; :func:`read_fit` reads, in
 one place, everything :func:`~lightning_multigrid.fit_plan.plan_fit` decides from
-(:class:`~lightning_multigrid.fit_plan.FitFacts`); :func:`measure_costs` measures the grids the
-plan names, and :func:`preflight_grids` checks the model takes them. Deciding is the plan's job.
+(:class:`~lightning_multigrid.fit_plan.FitFacts`); :func:`with_measured_costs` measures the grids
+the plan names, and :func:`preflight_grids` checks the model takes them. Deciding is the plan's job.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_multigrid._internals import ensure_train_loader, max_epochs_filled_in
 from lightning_multigrid._lightning import either_package, pl, rank_zero_info, rank_zero_warn
-from lightning_multigrid.config import BatchSizing, ClipCost, MultigridOptions
+from lightning_multigrid.config import MultigridOptions
 from lightning_multigrid.contracts import (
     GridDataModule,
     MilestonesModule,
@@ -26,13 +26,13 @@ from lightning_multigrid.contracts import (
     PretrainedModule,
     SizedDataModule,
 )
-from lightning_multigrid.fit_plan import FitFacts, needs_baseline_length
+from lightning_multigrid.fit_plan import FitFacts, FitPlan, needs_baseline_length
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.limits import check_val_interval
 from lightning_multigrid.lr import find_milestones
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
 
-__all__ = ["check_trainer", "measure_costs", "preflight_grids", "read_fit"]
+__all__ = ["check_trainer", "preflight_grids", "read_fit", "with_measured_costs"]
 
 
 def check_trainer(trainer: pl.Trainer, precise_bn_batches: int) -> None:
@@ -65,8 +65,8 @@ def check_trainer(trainer: pl.Trainer, precise_bn_batches: int) -> None:
 
 
 def read_fit(
-    trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Mapping[str, Any], *, max_epochs: int,
-    options: MultigridOptions, long_cycle_factors_given: bool,
+    trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: Mapping[str, Any], max_epochs: int,
+    options: MultigridOptions, *, long_cycle_factors_given: bool,
 ) -> FitFacts:
     """What the plan needs from the Trainer, the module, the DataModule and a resumed checkpoint.
 
@@ -109,20 +109,30 @@ def read_fit(
     return dataclasses.replace(facts, scheduler_milestones=find_milestones(configs, facts.steps_per_epoch, max_epochs))
 
 
-def measure_costs(
-    trainer: pl.Trainer, pl_module: pl.LightningModule, grids: Sequence[GridShape], method: BatchSizing
-) -> tuple[ClipCost, ...]:
-    """Each grid's measured cost per clip (:func:`~lightning_multigrid.cost.measure_clip_costs`): rank 0's,
-    so every rank builds the same schedule."""
-    from lightning_multigrid.cost import measure_clip_costs
+def with_measured_costs(trainer: pl.Trainer, pl_module: pl.LightningModule, plan: FitPlan, *, preflight: bool) -> FitPlan:
+    """``plan`` with each grid of its ``grids_to_measure`` measured (:func:`~lightning_multigrid.cost.measure_clip_costs`):
+    rank 0's costs, so every rank builds the same schedule. With ``preflight``, the model is checked on the grids first.
+    ``plan`` itself when it names none (batches by Equation 1, or a resume, which has the checkpoint's costs)."""
+    grids = plan.grids_to_measure
+    if not grids:
+        return plan
+    from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
 
     datamodule = trainer.datamodule
+    if preflight:  # a grid the model cannot take fails here with the layer named, not while measuring
+        preflight_grids(pl_module, datamodule, grids)
     alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
+    method = plan.config.options.batch_sizing
+    assert method != "equation1"
     costs = measure_clip_costs(
         pl_module, grids, method, slowfast_alpha=alpha, device=pl_module.device,
         context=trainer.precision_plugin.forward_context,
     )
-    return tuple(trainer.strategy.broadcast(costs, src=0))
+    plan = plan.with_clip_costs(trainer.strategy.broadcast(costs, src=0))
+    warning = implausible_costs_warning(plan.config)
+    if warning is not None:
+        rank_zero_warn(f"multigrid: {warning}")
+    return plan
 
 
 def preflight_grids(pl_module: pl.LightningModule, datamodule: GridDataModule, grids: Sequence[GridShape]) -> None:
