@@ -1,13 +1,14 @@
 """The fit plan: everything a multigrid fit decides, once, from what the run says. Pure Python.
 
 ``MultigridCallback`` reads what the Trainer, the LightningModule, the DataModule and a resumed
-checkpoint say into one :class:`FitFacts` (in one place, ``MultigridCallback._read_fit``); then
+checkpoint say into one :class:`FitFacts`, in one place (:func:`~lightning_multigrid.fit_facts.read_fit`); then
 :func:`plan_fit` decides the rest from those facts and the callback's options: the warm-up rule and
 who chose it, the LR milestones, the long-cycle shapes, the :class:`~lightning_multigrid.config.MultigridConfig`
 (or the checkpoint's, which a resume keeps or refuses), the Trainer limits mapped onto the multigrid
 run, the schedule and the summary. The callback only applies the :class:`FitPlan`. With batches
 sized by measured cost the plan names the grids to measure (:attr:`FitPlan.grids_to_measure`): the
-callback measures them (torch) and hands the costs in (:meth:`FitPlan.with_clip_costs`).
+callback measures them (torch: :func:`~lightning_multigrid.fit_facts.with_measured_costs`) and hands
+the costs in (:meth:`FitPlan.with_clip_costs`).
 """
 
 from __future__ import annotations
