@@ -3,9 +3,9 @@
 The backbone comes by name (see :data:`~lightning_multigrid.models.BACKBONES`) or as an
 ``nn.Module``; either way its head pooling is made adaptive, so every step may bring a different
 batch size, number of frames and crop (the module itself never assumes a shape). Optimisation is
-the recipe of the multigrid paper's baselines: SGD with momentum (or AdamW, ``optimizer="adamw"``, the
-usual choice for transformers), weight decay on weights only, linear warm-up, then step decay per
-epoch.
+the recipe of the multigrid paper's baselines (:class:`~lightning_multigrid.recipe.OptimizerRecipe`):
+SGD with momentum (or AdamW, ``optimizer="adamw"``, the usual choice for transformers), weight decay
+on weights only, linear warm-up, then step decay per epoch.
 
 Batches are dicts:
 
@@ -30,12 +30,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.optim.lr_scheduler import LinearLR, LRScheduler, MultiStepLR, SequentialLR
 from torchmetrics.classification import MulticlassAccuracy, MultilabelAveragePrecision
 from torchmetrics.functional.classification import multiclass_accuracy, multilabel_average_precision
 from typing_extensions import override
 
-from lightning_multigrid._checks import check_bool, check_int, check_positive_number, plain_value
+from lightning_multigrid._checks import check_bool, check_int, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid._lightning import pl, warn_if_the_other_package_is_imported
 from lightning_multigrid.contracts import PathwayDataModule
@@ -52,18 +51,13 @@ from lightning_multigrid.models import (
     slowfast_pathways,
 )
 from lightning_multigrid.multiview import VideoPredictions, aggregate_views
+from lightning_multigrid.recipe import OptimizerRecipe, check_same_optimizer, decays
 
 __all__ = ["VideoClassifier", "VideoPredictions", "aggregate_views"]
 
 
 # The dimensions of an (N, C, T, H, W) clip that change from grid to grid.
 GRID_DIMS = (0, 2, 3, 4)
-# Optimizers that `VideoClassifier(optimizer=...)` builds.
-OPTIMIZERS = ("sgd", "adamw")
-# Parameters that get no weight decay whatever their shape: transformers' position tables (Swin's
-# relative-position bias, MViT's positional embeddings and relative-position tables, torchvision's
-# `pos_encoding.*` and the reference code's `pos_embed*`, `rel_pos_*`) and class tokens.
-NO_DECAY_NAMES = ("relative_position_bias_table", "pos_embed", "rel_pos_", "pos_encoding.", "cls_token", "class_token")
 # Graphs kept per function with `compile="per_grid"`: a schedule's distinct grids (about 12) and room.
 PER_GRID_RECOMPILE_LIMIT = 32
 
@@ -92,7 +86,7 @@ class VideoClassifier(pl.LightningModule):
         nesterov: use Nesterov momentum (SGD; unused with AdamW).
         weight_decay: weight decay on weights (SGD: L2 penalty; AdamW: decoupled); norm
             parameters, biases (parameters with at most one dimension) and transformers' position
-            tables (:data:`NO_DECAY_NAMES`) get none.
+            tables (:data:`~lightning_multigrid.recipe.NO_DECAY_NAMES`) get none.
         warmup_epochs: epochs of linear warm-up, 0 for none.
         warmup_start_factor: LR factor of the first warm-up epoch, in ``(0, 1]``.
         milestones: absolute epochs (0-based, counted from the start of training, warm-up
@@ -169,21 +163,18 @@ class VideoClassifier(pl.LightningModule):
         super().__init__()
         warn_if_the_other_package_is_imported(self)  # before any Trainer: the fix is in the imports
         check_int("num_classes", num_classes, 1 if multi_label else 2)
-        check_int("warmup_epochs", warmup_epochs, 0)
         check_int("tiny_width", tiny_width, 1)
         if slowfast_alpha is not None:
             check_int("slowfast_alpha", slowfast_alpha, 1)
-        if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
-            raise ValueError(f"`optimizer` must be one of {', '.join(map(repr, OPTIMIZERS))}, got {optimizer!r}.")
-        _check_sgd(lr, gamma, momentum, weight_decay, nesterov and optimizer == "sgd", warmup_start_factor)
+        # The optimisation options, checked as one value; the hyper-parameters keep them flat.
+        recipe = OptimizerRecipe(
+            lr=lr, optimizer=optimizer, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+            warmup_epochs=warmup_epochs, warmup_start_factor=warmup_start_factor, milestones=milestones, gamma=gamma,
+            backbone_lr_factor=backbone_lr_factor,
+        )
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
-        if isinstance(backbone_lr_factor, bool) or not isinstance(backbone_lr_factor, (int, float)) or not backbone_lr_factor > 0:
-            raise ValueError(
-                f"`backbone_lr_factor` must be a number > 0, got {backbone_lr_factor!r} (to freeze the backbone, "
-                "set `requires_grad=False` on its parameters)."
-            )
-        self._milestones = _check_milestones(milestones, warmup_epochs)
+        self._milestones = tuple(recipe.milestones)
         check_bool("pretrained", pretrained, allow_none=True)
 
         # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
@@ -237,7 +228,7 @@ class VideoClassifier(pl.LightningModule):
         except RuntimeError:  # load_from_checkpoint: no optimizer state is restored
             return
         if trainer.state.fn == "fit" and checkpoint.get("optimizer_states"):
-            _check_same_optimizer(checkpoint, self.hparams.get("optimizer", "sgd"), trainer.ckpt_path)
+            check_same_optimizer(checkpoint, self.hparams.get("optimizer", "sgd"), trainer.ckpt_path)
 
     # ----------------------------------------------------------------------------------------
     # Forward and steps
@@ -390,61 +381,48 @@ class VideoClassifier(pl.LightningModule):
         whether ``weights`` were given or the backbone was passed as a module."""
         return self._pretrained
 
+    @property
+    def recipe(self) -> OptimizerRecipe:
+        """The optimisation options as one value, read from the hyper-parameters (Lightning's LR finder sets ``lr`` there)."""
+        return OptimizerRecipe.from_hparams(self.hparams)
+
     def parameter_groups(self) -> list[dict[str, Any]]:
         """Optimizer parameter groups: ``decay`` (weights) and ``no_decay`` (norms, biases, position tables).
 
         Parameters with at most one dimension (BatchNorm/LayerNorm scales and shifts, biases) are
         not decayed: decaying them shrinks normalisation gains without regularising anything.
         Neither are transformers' position tables and class tokens (names containing one of
-        :data:`NO_DECAY_NAMES`, e.g. Swin's ``relative_position_bias_table``), as in Swin's and
-        MViT's reference recipes.
+        :data:`~lightning_multigrid.recipe.NO_DECAY_NAMES`, e.g. Swin's ``relative_position_bias_table``),
+        as in Swin's and MViT's reference recipes.
         Frozen parameters (``requires_grad=False``) are left out. With ``backbone_lr_factor`` != 1
         the groups are ``head/decay``, ``head/no_decay`` (the classifier, at ``lr``) and
         ``backbone/decay``, ``backbone/no_decay`` (the rest, at ``lr * backbone_lr_factor``).
         """
-        hp = self.hparams
-        factor = hp.get("backbone_lr_factor", 1.0)
+        recipe = self.recipe
+        factor = recipe.backbone_lr_factor
         head = {f"backbone.{key}" for key in classifier_keys(self.backbone, self.num_classes)} if factor != 1 else set()
         groups: dict[tuple[str, bool], list[nn.Parameter]] = {}
         for name, parameter in self.named_parameters():
             if parameter.requires_grad:
                 part = "" if factor == 1 else ("head/" if name in head else "backbone/")
-                groups.setdefault((part, _decays(name, parameter)), []).append(parameter)
+                groups.setdefault((part, decays(name, parameter)), []).append(parameter)
         return [
             {
-                "name": f"{part}{'decay' if decays else 'no_decay'}",
+                "name": f"{part}{'decay' if decaying else 'no_decay'}",
                 "params": params,
-                "weight_decay": hp.weight_decay if decays else 0.0,
-                **({"lr": hp.lr * factor} if part == "backbone/" else {}),
+                "weight_decay": recipe.weight_decay if decaying else 0.0,
+                **({"lr": recipe.lr * factor} if part == "backbone/" else {}),
             }
-            for (part, decays), params in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))
+            for (part, decaying), params in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))
         ]
 
     @override
     def configure_optimizers(self) -> Any:
-        """SGD (or AdamW), and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`.
-
-        Without warm-up the scheduler is a ``MultiStepLR`` with the absolute milestones; with it, a
-        ``SequentialLR([LinearLR, MultiStepLR], milestones=[warmup_epochs])`` whose
-        ``MultiStepLR`` milestones are shifted by ``-warmup_epochs`` because it starts counting when
-        the warm-up ends. Both give the LR of epoch ``e``: ``lr * gamma ** (milestones <= e)``, ramped
-        linearly from ``lr * warmup_start_factor`` during the warm-up.
-        """
-        hp = self.hparams
-        optimizer: torch.optim.Optimizer
-        if hp.get("optimizer", "sgd") == "adamw":
-            optimizer = torch.optim.AdamW(self.parameter_groups(), lr=hp.lr, betas=(0.9, 0.999))
-        else:
-            optimizer = torch.optim.SGD(
-                self.parameter_groups(), lr=hp.lr, momentum=hp.momentum, nesterov=hp.nesterov
-            )
-        warmup = hp.warmup_epochs
-        steps = MultiStepLR(optimizer, milestones=[m - warmup for m in self._milestones], gamma=hp.gamma)
-        scheduler: LRScheduler = steps
-        if warmup > 0:
-            ramp = LinearLR(optimizer, start_factor=hp.warmup_start_factor, end_factor=1.0, total_iters=warmup)
-            scheduler = SequentialLR(optimizer, [ramp, steps], milestones=[warmup])
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        """SGD (or AdamW), and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`
+        (:meth:`~lightning_multigrid.recipe.OptimizerRecipe.build_scheduler`)."""
+        recipe = self.recipe
+        optimizer = recipe.build_optimizer(self.parameter_groups())
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": recipe.build_scheduler(optimizer), "interval": "epoch"}}
 
     def preflight(self, grids: Iterable[Any], *, batch_size: int = 1) -> None:
         """Check that the backbone takes every grid; see :func:`lightning_multigrid.models.preflight`.
@@ -479,48 +457,6 @@ def _backbone(
     return model, slowfast_alpha or default_alpha
 
 
-def _decays(name: str, parameter: nn.Parameter) -> bool:
-    """Whether weight decay applies: weights of two or more dimensions, not position tables."""
-    return parameter.ndim > 1 and not any(key in name for key in NO_DECAY_NAMES)
-
-
-def _check_sgd(
-    lr: float, gamma: float, momentum: float, weight_decay: float, nesterov: bool, warmup_start_factor: float
-) -> None:
-    check_positive_number("lr", lr)
-    check_positive_number("gamma", gamma)
-    for name, value in (("momentum", momentum), ("weight_decay", weight_decay)):
-        if not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"`{name}` must be a number >= 0, got {value!r}.")
-    if nesterov and momentum <= 0:
-        raise ValueError(
-            f"`nesterov=True` needs `momentum` > 0, got momentum={momentum!r}: set a momentum or `nesterov=False`."
-        )
-    if not isinstance(warmup_start_factor, (int, float)) or not 0 < warmup_start_factor <= 1:
-        raise ValueError(f"`warmup_start_factor` must be in (0, 1], got {warmup_start_factor!r}.")
-
-
-def _check_same_optimizer(checkpoint: dict[str, Any], optimizer: str, path: Any) -> None:
-    """Raise when a checkpoint of a fit with another ``optimizer`` is resumed (its state would not fit).
-
-    Raises:
-        ValueError: naming both optimizers and the fix.
-    """
-    saved = checkpoint.get("hyper_parameters", {}).get("optimizer", "sgd")
-    if saved == optimizer:
-        return
-    raise ValueError(
-        f"VideoClassifier(optimizer={optimizer!r}) cannot resume the checkpoint {path}: it was trained with "
-        f"`optimizer`={saved!r}, whose state ({_OPTIMIZER_STATE.get(saved, 'its buffers')}) does not fit {optimizer!r}. "
-        f"Resume with `optimizer={saved!r}`; to go on with {optimizer!r}, start a new fit from the checkpoint's weights: "
-        f"`VideoClassifier.load_from_checkpoint(path, optimizer={optimizer!r})`, then `fit` without `ckpt_path`."
-    )
-
-
-# What each optimizer keeps per parameter (for the message of _check_same_optimizer).
-_OPTIMIZER_STATE = {"sgd": "momentum buffers", "adamw": "step counts and moment estimates"}
-
-
 def _multi_hot(labels: torch.Tensor) -> torch.Tensor:
     # Soft targets (label smoothing, mixup) count as positive above one half.
     return (labels > 0.5).long()
@@ -534,17 +470,3 @@ def _compile_mode(compile: Any) -> Literal["dynamic", "per_grid"] | None:
     if compile == "per_grid":
         return "per_grid"
     raise ValueError(f'`compile` must be False, True, "dynamic" or "per_grid", got {compile!r}.')
-
-
-def _check_milestones(milestones: Sequence[int], warmup_epochs: int) -> tuple[int, ...]:
-    values = tuple(milestones)
-    if any(isinstance(m, bool) or not isinstance(m, int) for m in values) or any(
-        b <= a for a, b in zip(values, values[1:])
-    ):
-        raise ValueError(f"`milestones` must be strictly increasing integers (epochs), got {list(values)!r}.")
-    if values and values[0] <= warmup_epochs:
-        raise ValueError(
-            f"`milestones` must come after the warm-up: the first is {values[0]} but `warmup_epochs`="
-            f"{warmup_epochs}. Move the milestones later or shorten the warm-up."
-        )
-    return values

@@ -14,10 +14,34 @@ import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_multigrid._lightning import pl
+from lightning_multigrid.contracts import PreciseBNDataModule
 from lightning_multigrid.norm import apply_bn_plan
 from lightning_multigrid.stages import BNPlan
 
-__all__ = ["update_bn_stats"]
+__all__ = ["PreciseBN", "update_bn_stats"]
+
+
+class PreciseBN:
+    """When ``MultigridCallback`` recomputes the statistics: before a validation of changed weights.
+
+    A second validation at the same step, or ``trainer.validate()`` after fit, would only redraw them.
+    """
+
+    def __init__(self) -> None:
+        self._done: tuple[int, int] | None = None  # (id of the module, global step)
+
+    def before_validation(self, trainer: pl.Trainer, pl_module: pl.LightningModule, num_batches: int) -> bool:
+        """Recompute the statistics over ``num_batches`` of the DataModule's ``precise_bn_dataloader()`` when
+        due (not in the sanity check, nor without that loader); whether it did."""
+        datamodule = trainer.datamodule
+        if trainer.sanity_checking or not num_batches or not isinstance(datamodule, PreciseBNDataModule):
+            return False
+        done = (id(pl_module), trainer.global_step)
+        if done == self._done:
+            return False
+        update_bn_stats(trainer, pl_module, datamodule.precise_bn_dataloader(), num_batches)
+        self._done = done
+        return True
 
 
 @torch.no_grad()

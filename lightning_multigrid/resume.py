@@ -1,22 +1,18 @@
 """Resuming a fit from a checkpoint: exactly where it stopped, or refused before the first step.
 
-``MultigridCallback`` calls :func:`check_same_base` when it rebuilds the checkpoint's schedule and
-:func:`start_resumed_fit` in ``on_train_start`` (after Lightning restored the loops, before the
-first step). Exact means the resumed run trains the same batches, clips, grids, LRs and BatchNorm
-grouping as the uninterrupted run from the checkpoint on, from a checkpoint saved anywhere: at an
-epoch's first, middle or last batch, or at its end. What cannot continue exactly is refused:
+``MultigridCallback`` calls :func:`start_resumed_fit` and :func:`restore_rng` in ``on_train_start``
+(after Lightning restored the loops, before the first step). Exact means the resumed run trains the
+same batches, clips, grids, LRs, BatchNorm grouping and random draws (dropout) as the uninterrupted
+run from the checkpoint on, from a checkpoint saved anywhere: at an epoch's first, middle or last
+batch, or at its end. What cannot continue exactly is refused:
 
 - a checkpoint of a run without the callback (a baseline) resumed with it, and the reverse (the
   reverse is refused by ``MultigridVideoDataModule``, which knows what it served);
-- another baseline ``max_epochs`` (the stages follow from it: a finished run cannot be extended exactly),
-  or another base shape or clip sampling than the checkpoint's (a smaller batch after an
-  out-of-memory error, say): the schedule's grids, epochs and LR factors are built from them;
 - a mid-epoch checkpoint with a train loader that would replay the epoch's first batches;
-- ``MultigridCallback(pretrained=...)`` that asks for the other warm-up rule than the checkpoint's
-  (:func:`resumed_pretrained_choice`). A module that says otherwise (``VideoClassifier`` built without
-  ``weights=`` once the weights file is gone) is told, and the checkpoint's rule is kept.
-
-The random state (dropout) is restored by the callback too: :mod:`lightning_multigrid.rng`.
+- what the checkpoint's schedule rules out, refused by the fit's plan
+  (:mod:`lightning_multigrid.fit_plan`): another baseline ``max_epochs``, base shape or clip
+  sampling than the checkpoint's, or ``MultigridCallback(pretrained=...)`` asking for the other
+  warm-up rule.
 
 Your own DataModule resumes mid-epoch exactly when its batch sampler skips the trained batches::
 
@@ -30,13 +26,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lightning_multigrid._internals import finish_epoch_saved_at_its_last_batch, iterations_done_in_epoch
-from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
+from lightning_multigrid.rng import EpochBoundaryRNG
 
 if TYPE_CHECKING:
     from lightning_multigrid._lightning import pl
 
-__all__ = ["check_same_base", "check_same_length", "resume_iteration", "resumed_pretrained_choice", "start_resumed_fit"]
+__all__ = ["restore_rng", "resume_iteration", "start_resumed_fit"]
 
 _SAMPLER_FIX = (
     "ShortCycleBatchSampler(sampler, plan, start_epoch=self.trainer.current_epoch, "
@@ -53,86 +49,33 @@ def resume_iteration(trainer: pl.Trainer | None) -> int:
     return iterations_done_in_epoch(trainer)
 
 
-def check_same_base(restored: MultigridConfig, config: MultigridConfig) -> None:
-    """Refuse to resume a schedule built for another base shape or clip sampling than the DataModule's.
-
-    Raises:
-        ValueError: naming both values and the fix.
-    """
-    names = ("base", "sampling_rate", "jitter_scales")
-    changed = [name for name in names if getattr(restored, name) != getattr(config, name)]
-    if not changed:
-        return
-    saved = ", ".join(f"{name}={getattr(restored, name)}" for name in changed)
-    now = ", ".join(f"{name}={getattr(config, name)}" for name in changed)
-    raise ValueError(
-        f"MultigridCallback: the checkpoint's multigrid schedule was built for {saved}, but this run's DataModule "
-        f"has {now}. Every grid, epoch and LR factor of the schedule follows from the base shape and the clip "
-        "sampling, so the run cannot go on exactly with other ones (it would serve the checkpoint's grids, not "
-        "yours). Resume with the checkpoint's DataModule settings; for a smaller batch (less memory per step), start "
-        "a new run from the checkpoint's weights: `model.load_state_dict(torch.load(path)['state_dict'])`, then "
-        "`fit` without `ckpt_path`."
-    )
-
-
-def check_same_length(restored: MultigridConfig, config: MultigridConfig) -> None:
-    """Refuse to resume a schedule built for another baseline ``max_epochs`` than the Trainer's.
-
-    The stages' epochs are the whole schedule scaled to ``epoch_factor * max_epochs``, so a longer
-    baseline moves every stage: its schedule does not continue the checkpoint's (a finished run
-    resumed with a larger ``max_epochs`` would train 0 steps and return as if done).
-
-    Raises:
-        ValueError: naming both values and the fix.
-    """
-    if restored.max_epochs == config.max_epochs:
-        return
-    outcome = "end where it is" if config.max_epochs > restored.max_epochs else "run past yours"
-    raise ValueError(
-        f"MultigridCallback: the checkpoint's multigrid schedule was built for a {restored.max_epochs}-epoch baseline "
-        f"(`max_epochs`={restored.max_epochs}), but this Trainer has `max_epochs`={config.max_epochs}. Every stage's "
-        "epochs follow from `max_epochs` (scaled to `epoch_factor` times it), so a schedule of another length does not "
-        f"continue the checkpoint's, and the checkpoint's own would {outcome}. "
-        f"Resume with `max_epochs={restored.max_epochs}`; to train longer, start a new run from the checkpoint's "
-        "weights (`model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`, with a "
-        "pretrained warm-up: `MultigridCallback(pretrained=True)`)."
-    )
-
-
-def resumed_pretrained_choice(
-    saved: bool | None, asked: bool | None, source: str, *, given_to_callback: bool
-) -> tuple[bool | None, str]:
-    """Whether a resumed run trains as from pretrained weights (its warm-up rule), and who says it.
+def restore_rng(trainer: pl.Trainer, rng: EpochBoundaryRNG, checkpoint: Mapping[str, Any]) -> str | None:
+    """Start this rank's first step from its random state in the checkpoint (mind: each rank its own).
 
     Args:
-        saved: the checkpoint's choice (``None``: a fit without a checkpoint, or one saved before the
-            choice was kept).
-        asked: this fit's choice (``None``: nobody says).
-        source: who made this fit's choice, for the summary.
-        given_to_callback: this fit's choice is ``MultigridCallback(pretrained=...)``'s.
+        trainer: the Trainer, before the first step.
+        rng: the callback's random state keeper.
+        checkpoint: the callback's state of the checkpoint (empty for a fresh fit).
 
     Returns:
-        The checkpoint's choice when there is one (the rule a run trained with holds to its end: its
-        warm-up and LRs must not change under a resume), else this fit's; and who says it.
-
-    Raises:
-        ValueError: ``MultigridCallback(pretrained=...)`` asks for the other rule than the checkpoint's.
+        What to tell the user when the state is not restored: the checkpoint holds none (saved by an
+        earlier version), or holds another process count's; ``None`` otherwise.
     """
-    if saved is None or bool(asked) == saved:
-        return asked, source
-    rule = "pretrained" if saved else "from-scratch"
-    if given_to_callback:
-        raise ValueError(
-            f"MultigridCallback: the checkpoint was trained with the {rule} warm-up rule (pretrained={saved}), but "
-            f"this fit asks for the other one with {source}. The rule sets the warm-up's LRs, so the resumed run would "
-            f"train other steps than the run it continues. Resume with `MultigridCallback(pretrained={saved})` or "
-            "`pretrained=None` (the checkpoint's rule); for the other rule, start a new run from the checkpoint's "
-            "weights (`model.load_state_dict(torch.load(path)['state_dict'])`, then `fit` without `ckpt_path`)."
+    states = checkpoint.get("rng")
+    if states is None:
+        if checkpoint.get("config") is None or trainer.global_step == 0:
+            return None
+        return (
+            "multigrid: the checkpoint holds no random state (saved by an earlier version): a model that draws "
+            "random numbers in training (dropout) goes on with other draws than the uninterrupted run."
         )
-    return saved, (
-        f"the checkpoint's, pretrained={saved}: the run it resumes trained with this rule, which holds to its end; "
-        f"this fit's choice is not used ({source}; a model rebuilt without `weights=` once the weights file is gone, say)"
-    )
+    if len(states) != trainer.world_size:
+        return (
+            f"multigrid: the checkpoint holds the random state of {len(states)} processes and this fit has "
+            f"{trainer.world_size}: not restored (on another device count the resumed run cannot be exact anyway)."
+        )
+    rng.resume_from(states[trainer.global_rank])
+    return None
 
 
 def start_resumed_fit(trainer: pl.Trainer, has_multigrid_state: bool) -> None:

@@ -33,6 +33,7 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.cli",
     f"{PACKAGE}.compare",
     f"{PACKAGE}.data.datamodule",
+    f"{PACKAGE}.fit_facts",
     f"{PACKAGE}.memory_format",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
@@ -46,6 +47,7 @@ PURE = {
     f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
     f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
     f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options", f"{PACKAGE}.sizing",
+    f"{PACKAGE}.fit_plan",
 }
 # The schedule's modules: the options and config, the batch sizing, a stage, the two builders, the schedule value.
 SCHEDULE_MODULES = {
