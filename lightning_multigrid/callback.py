@@ -181,7 +181,7 @@ class MultigridCallback(Callback):
             schedule, manages_batchnorm=self._manages_batchnorm, lr=self._lr, meter=self._meter,
             skips=datamodule if isinstance(datamodule, SkipCountingDataModule) else None,
         )
-        if self.preflight and not plan.config.sizes_by_cost:  # with measured costs, checked before measuring
+        if self.preflight and plan.config.sizer.measure is None:  # with measured costs, checked before measuring
             preflight_grids(pl_module, datamodule, schedule.distinct_grids())
         search = None if self._lr is None else self._lr.warmup_search
         rank_zero_info(plan.summary(convert_batchnorm=self.convert_batchnorm, manage_lr=self.manage_lr, warmup_search=search))

@@ -122,8 +122,8 @@ def with_measured_costs(trainer: pl.Trainer, pl_module: pl.LightningModule, plan
     if preflight:  # a grid the model cannot take fails here with the layer named, not while measuring
         preflight_grids(pl_module, datamodule, grids)
     alpha = datamodule.slowfast_alpha if isinstance(datamodule, PathwayDataModule) else None
-    method = plan.config.options.batch_sizing
-    assert method != "equation1"
+    method = plan.config.sizer.measure
+    assert method is not None, "grids to measure come from a sizing by measured cost"
     costs = measure_clip_costs(
         pl_module, grids, method, slowfast_alpha=alpha, device=pl_module.device,
         context=trainer.precision_plugin.forward_context,

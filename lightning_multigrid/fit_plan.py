@@ -140,7 +140,7 @@ class FitPlan:
     def grids_to_measure(self) -> tuple[GridShape, ...]:
         """The grids whose cost per clip the schedule still needs (none with Equation 1's batches, or on a
         resume, which has the checkpoint's costs)."""
-        if self.config.sizes_by_cost and not self.config.clip_costs:
+        if self.config.sizer.measure is not None and not self.config.clip_costs:
             return self.config.cost_grids()
         return ()
 
