@@ -120,10 +120,10 @@ def check_decode_ahead(decode_ahead: int) -> None:
         raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
 
 
-def check_synthetic_alone(**manifest_args: str | None) -> None:
-    """With ``synthetic``, none of the manifest arguments: the built-in dataset's files stand in for them."""
+def check_synthetic_alone(synthetic: object, **manifest_args: str | None) -> None:
+    """With ``synthetic`` (not ``None``), none of the manifest arguments: the built-in dataset's files stand in for them."""
     given = [name for name, value in manifest_args.items() if value is not None]
-    if given:
+    if synthetic is not None and given:
         raise ValueError(
             f"`synthetic` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
             "also given: pass either `synthetic` or your manifests."

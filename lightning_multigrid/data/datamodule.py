@@ -1,12 +1,11 @@
 """``MultigridVideoDataModule``: video clips at the grid of every iteration, or at a fixed shape.
 
 A Lightning shell, hooks plus state: the base grid and the plan served from it, the datasets
-(:mod:`.served_datasets`), the loaders (:mod:`.served_loaders`), the skipped videos. docs/data.md tells the rest.
+(:mod:`.served_datasets`), the loaders (:mod:`.served_loaders`), the skipped videos (docs/data.md).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -94,10 +93,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         sampling_rate: int = DEFAULT_SAMPLING_RATE, jitter_scales: tuple[int, int] | None = None,
         eval_views: EvalViews | None = None, slowfast_alpha: int | None = None, flip: bool | None = None,
         strict: bool = False, num_workers: int = 4, pin_memory: bool = False, persistent_workers: bool = True,
-        drop_last: bool = False, seed: int = 0,
-        mean: tuple[float, float, float] = DEFAULT_MEAN, std: tuple[float, float, float] = DEFAULT_STD,
-        reader_settings: ReaderSettings | None = None, decode_ahead: int = 1, chunk_batches: bool = True,
-        manifest_kind: ManifestKind = "auto",
+        drop_last: bool = False, seed: int = 0, mean: tuple[float, float, float] = DEFAULT_MEAN,
+        std: tuple[float, float, float] = DEFAULT_STD, reader_settings: ReaderSettings | None = None,
+        decode_ahead: int = 1, chunk_batches: bool = True, manifest_kind: ManifestKind = "auto",
     ) -> None:
         super().__init__()
         warn_if_the_other_package_is_imported(self)  # before any Trainer: the fix is in the imports
@@ -113,16 +111,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         check_manifest_kind(manifest_kind)
         check_decode_ahead(decode_ahead)
         self._synthetic: SyntheticData | None = check_value("synthetic", synthetic, SyntheticData, allow_none=True)
-        if self._synthetic is not None:
-            check_synthetic_alone(train_manifest=train_manifest, val_manifest=val_manifest, test_manifest=test_manifest,
-                                  root_dir=root_dir, class_names=class_names)
+        check_synthetic_alone(self._synthetic, train_manifest=train_manifest, val_manifest=val_manifest,
+                              test_manifest=test_manifest, root_dir=root_dir, class_names=class_names)
         self.train_manifest, self.val_manifest, self.test_manifest = train_manifest, val_manifest, test_manifest
         self.root_dir, self.class_names, self.manifest_kind = root_dir, class_names, manifest_kind
         self.slowfast_alpha, self.strict, self.flip, self.seed, self.decode_ahead = slowfast_alpha, strict, flip, seed, decode_ahead
         jitter_scales = self.clip_sampling.jitter_scales  # save_hyperparameters() records the int pair
         self.save_hyperparameters()
-        # Plain values (grouped settings as dicts, paths as strings) for torch's weights-only loader,
-        # which `load_from_checkpoint` passes back (`check_value` takes a dict of a value's fields).
+        # Plain values (grouped settings as dicts, paths as strings) for torch's weights-only loader.
         self.hparams.update(plain_value(dict(self.hparams)))
         if self._synthetic is not None:  # the built-in dataset's files stand in for the manifests
             self.train_manifest, self.val_manifest, self.class_names = self._synthetic.manifests(crop_size, jitter_scales)
@@ -130,8 +126,6 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._datasets = ServedDatasets()
         self._skipped: dict[str, None] = {}  # insertion-ordered set of paths
         self._saved_served: dict[str, Any] | None = None  # what a loaded checkpoint's run served
-
-    # ------------------------------------------------------------------ what the callback reads
 
     @property
     def trainer(self) -> pl.Trainer | None:
@@ -159,7 +153,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     @batch_size.setter
     def batch_size(self, value: int) -> None:
         check_base_batch_settable(value, self.batch_size, serving_schedule=self._plan is not self._baseline)
-        base = dataclasses.replace(self.base_shape, batch_size=value)  # checks the value, naming it
+        base = GridShape(value, self.base_shape.num_frames, self.base_shape.crop_size)  # checks the value, naming it
         self._baseline = self._plan = FixedGrid(base, self.clip_sampling)
         self._loaders.forget()
         self.hparams["batch_size"] = value
@@ -182,8 +176,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         plan = self._baseline if plan is None else plan
         self._loaders.check_batches_left(plan, self._datasets.train, trainer_facts(self.trainer).world_size)
         self._plan = plan
-        # Closed, not just forgotten: the callback serves `None` from its `on_exception`, called before this
-        # DataModule's; a loader forgotten there with its decode-ahead thread running would never be closed.
+        # Closed, not forgotten: the callback's `on_exception` serves `None` before this DataModule's runs.
         self._loaders.close_train()
 
     @property
@@ -208,20 +201,14 @@ class MultigridVideoDataModule(pl.LightningDataModule):
     @property
     def num_classes(self) -> int:
         """Classes of the training (else validation) manifest; reads the manifest if not set up."""
-        if (dataset := self._datasets.train or self._datasets.val or self._datasets.test) is not None:
-            return dataset.num_classes
-        self._prepare_synthetic()
-        return self._splits().num_classes()
+        return self._datasets.num_classes(self._splits)
 
-    def use_datasets(
-        self, train: TrainVideoDataset | None = None, val: EvalVideoDataset | None = None, test: EvalVideoDataset | None = None
-    ) -> None:
+    def use_datasets(self, train: TrainVideoDataset | None = None, val: EvalVideoDataset | None = None,
+                     test: EvalVideoDataset | None = None) -> None:
         """Serve these datasets instead of reading the manifests (``None``: that split as it is), from the next
         stage on; ``setup`` refuses evaluation datasets whose classes are not the training set's."""
         for split in self._datasets.use(train, val, test):
             self._loaders.close_split(split)
-
-    # ------------------------------------------------------------------ Lightning hooks
 
     @override
     def prepare_data(self) -> None:
@@ -230,23 +217,19 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     @override
     def setup(self, stage: str) -> None:
-        """Read the datasets of ``stage`` and check the configuration before the first step.
-
-        Raises:
-            ValueError, FileNotFoundError, ManifestError: naming the argument and file that is missing or wrong.
-        """
-        self._prepare_synthetic()
+        """Read the datasets of ``stage`` and check them before the first step; ``ValueError``,
+        ``FileNotFoundError`` or ``ManifestError`` name the argument and file that is missing or wrong."""
+        splits = self._splits()
         for warning in self._datasets.read_repacked_again(self._loaders.close_split):
             rank_zero_warn(warning)
-        self._datasets.read(stage, self._splits())
+        self._datasets.read(stage, splits)
         if stage == "fit":
             self._saved_served = None  # a checkpoint's state, if any, is loaded after setup
             self._loaders.check_batches_left(self._plan, self._datasets.train, trainer_facts(self.trainer).world_size)
 
     @override
     def train_dataloader(self) -> DataLoader[Any]:
-        """The training loader: epoch ``e`` iteration ``i`` yields ``plan.grid_at(e, i)``-shaped batches
-        (:meth:`ServedLoaders.train <lightning_multigrid.data.served_loaders.ServedLoaders.train>`)."""
+        """The training loader: epoch ``e`` iteration ``i`` yields ``plan.grid_at(e, i)``-shaped batches."""
         at = trainer_facts(self.trainer)  # only a restored position resumes what the checkpoint served
         check_resumed_train_loader(self._saved_served if at.resumed else None, serving_schedule=self._plan is not self._baseline,
                                    base=self.base_shape, start_iteration=at.start_iteration)
@@ -267,14 +250,11 @@ class MultigridVideoDataModule(pl.LightningDataModule):
 
     def precise_bn_dataloader(self) -> DataLoader[Any]:
         """Augmented training clips at the base shape for precise BatchNorm; one loader, set to the current epoch."""
-        # Another seed, so these clips are not the ones training draws in the same epoch.
-        return self._loaders.precise_bn(self._datasets.require_train(), self._baseline, trainer_facts(self.trainer),
-                                        seed=self.seed + 1)
+        return self._loaders.precise_bn(self._datasets.require_train(), self._baseline, trainer_facts(self.trainer), seed=self.seed)
 
     @override
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Decode (JPEG bytes), normalise and cast ``batch["video"]`` on the device (:class:`.BatchTransfer`, to
-        the Trainer's input dtype); add the ``"skipped"`` paths to :attr:`skipped_video_paths` (left in the batch)."""
+        """Decode (JPEG bytes), normalise and cast the video on the device; collect the ``"skipped"`` paths."""
         if isinstance(batch, dict):
             # Lightning converts the batch to the precision's dtype while the video is uint8 (left alone).
             precision = getattr(self.trainer, "precision_plugin", None)
@@ -303,10 +283,9 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         self._skipped.update(dict.fromkeys(map(str, state_dict.get("skipped_video_paths", ()))))
         self._saved_served = saved_served(state_dict)
 
-    # ------------------------------------------------------------------ helpers
-
     def _splits(self) -> SplitSources:
-        """Where the splits come from, from the arguments as they are now (``synthetic`` sets the manifests)."""
+        """Where the splits come from, from the arguments as they are now; the synthetic dataset's files first."""
+        self._prepare_synthetic()
         return SplitSources(
             train_manifest=self.train_manifest, val_manifest=self.val_manifest, test_manifest=self.test_manifest,
             root_dir=self.root_dir, class_names=self.class_names, manifest_kind=self.manifest_kind,

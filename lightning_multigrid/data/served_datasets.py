@@ -81,6 +81,13 @@ class ServedDatasets:
                 release_store(store)
         return warnings
 
+    def num_classes(self, sources: Callable[[], SplitSources]) -> int:
+        """Classes of the training (else validation, test) set; without one read, of the training (else
+        validation) manifest, read from ``sources()``."""
+        if (dataset := self.train or self.val or self.test) is not None:
+            return dataset.num_classes
+        return sources().num_classes()
+
     def require_train(self) -> TrainVideoDataset:
         """The training set.
 

@@ -73,10 +73,11 @@ class ServedLoaders:
         ))
 
     def precise_bn(self, dataset: Dataset[Any], plan: GridPlan, at: TrainerFacts, *, seed: int) -> DataLoader[Any]:
-        """The precise-BatchNorm loader: training clips of ``plan``, one loader set to ``at.epoch``."""
+        """The precise-BatchNorm loader: training clips of ``plan``, one loader set to ``at.epoch``; drawn with
+        ``seed + 1``, the training ``seed``'s next, so they are not the clips training draws in the same epoch."""
         key = LoaderKey(None, at.rank, at.world_size)
         return self._precise_bn.get(key, at.epoch, lambda: build_train_loader(
-            dataset, plan, self.settings, epoch=at.epoch, rank=at.rank, world_size=at.world_size, seed=seed,
+            dataset, plan, self.settings, epoch=at.epoch, rank=at.rank, world_size=at.world_size, seed=seed + 1,
         ))
 
     def evaluation(self, split: Split, dataset: Dataset[Any], batch_size: int, at: TrainerFacts) -> DataLoader[Any]:
