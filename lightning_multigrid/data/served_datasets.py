@@ -66,11 +66,11 @@ class ServedDatasets:
         Returns:
             A warning for each given dataset (``use_datasets``) kept on its old packing.
         """
-        warnings = []
+        kept = []
         for split in SPLITS:
             store = repacked_store(getattr(self, split))
             if store is not None and split in self._given:
-                warnings.append(
+                kept.append(
                     f"The {split} dataset given with `use_datasets` reads the frame store {store.path} as it was when "
                     "opened; the store was packed again since, and this run keeps the old packing. To train on the "
                     "new one, pass a dataset opened on the store again (`use_datasets`)."
@@ -79,7 +79,7 @@ class ServedDatasets:
                 close_loaders(split)
                 setattr(self, split, None)
                 release_store(store)
-        return warnings
+        return kept
 
     def num_classes(self, sources: Callable[[], SplitSources]) -> int:
         """Classes of the training (else validation, test) set; without one read, of the training (else

@@ -2,7 +2,9 @@
 
 One training loader and one precise-BatchNorm loader, each kept while its
 :class:`~lightning_multigrid.data.loaders.LoaderKey` holds (so persistent workers live on across
-epochs), and one evaluation loader per split, rank and world size. A loader dropped because its
+epochs), and one evaluation loader per split, rank and world size. The training loader decodes JPEG
+batches ahead of the step when its dataset's reader returns them
+(:attr:`~lightning_multigrid.data.decoding.readers.ClipReader.encoded`). A loader dropped because its
 dataset changed, or at teardown, stops its workers now (:meth:`ServedLoaders.close`): left to the
 garbage collector, a loader's persistent workers may be shut down from inside a worker of the next
 fit (``compare`` runs two), where torch fails with a traceback. No Lightning here.
