@@ -171,7 +171,7 @@ def test_extract_frames_never_renumbers_another_splits_classes(videos: VideoFact
         train_manifest=str(out / "train.txt"), val_manifest=str(out / "val.txt"), class_names=str(out / "classnames.txt"), **BASE
     )
     datamodule.setup("fit")
-    val_set, train_set = datamodule.val_dataloader().dataset, datamodule._train_dataset
+    val_set, train_set = datamodule.val_dataloader().dataset, datamodule._datasets.train
     assert train_set is not None
     by_name = {Path(e.path).name: names[e.labels[0]] for e in (*train_set.manifest.entries, *val_set.manifest.entries)}
     assert by_name == {"train_a": "a", "train_b": "b", "train_c": "c", "val_a": "a", "val_c": "c"}

@@ -206,4 +206,4 @@ def test_make_synthetic_stores_are_the_ones_the_datamodule_reads(tmp_path: Path,
     datamodule.prepare_data()
     assert [header.stat().st_mtime_ns for header in headers] == packed_at  # found, not packed again
     datamodule.setup("fit")
-    assert datamodule._train_dataset.manifest.format == "store" and len(datamodule._train_dataset) == 8
+    assert datamodule._datasets.train.manifest.format == "store" and len(datamodule._datasets.train) == 8

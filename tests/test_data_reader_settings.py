@@ -100,7 +100,7 @@ def test_the_datamodule_checks_its_settings_once_and_builds_each_reader_once(
     )
     datamodule.setup("fit")
     datamodule.setup("validate")  # keeps what fit read
-    train, val = datamodule._train_dataset, datamodule._val_dataset
+    train, val = datamodule._datasets.train, datamodule._datasets.val
     assert train is not None and val is not None
     assert len(built) == 1 and built[0] is datamodule.reader_settings.layout  # one check, in __init__
     assert readers == [train.reader, val.reader]  # one reader per split, built in setup

@@ -344,7 +344,7 @@ def test_datamodule_trains_from_a_store_with_multigrid(synthetic_frames: tuple[P
         warnings.filterwarnings("ignore", message=".*(does not have many workers|too few batches|short).*")
         trainer.fit(model, datamodule=datamodule)
     assert trainer.global_step > 0 and datamodule.skipped_videos == 0
-    assert isinstance(datamodule._require_train().reader, PackedFrameReader)
+    assert isinstance(datamodule._datasets.require_train().reader, PackedFrameReader)
     assert "val/top1" in trainer.callback_metrics
 
 

@@ -92,7 +92,7 @@ def test_a_store_beside_frame_folders_that_need_root_dir_and_layout_settings(tmp
         reader_settings=ReaderSettings(filename_tmpl="clip-{}.jpg", allow_frame_gaps=True),
     )
     datamodule.setup("fit")
-    assert isinstance(datamodule._require_train().reader, PackedFrameReader)
+    assert isinstance(datamodule._datasets.require_train().reader, PackedFrameReader)
     val = datamodule.val_dataloader()
     batch = next(iter(val))
     assert batch["video"].shape[-1] == 32 and datamodule.skipped_videos == 0

@@ -241,7 +241,7 @@ def test_synthetic_generates_once(tmp_path: Path) -> None:
     datamodule.setup("fit")
     assert (tmp_path / "synthetic" / "train.csv").stat().st_mtime_ns == stamp
     assert datamodule.train_dataset_size == 4 and datamodule.num_classes == 4
-    assert datamodule._train_dataset is not None and datamodule._train_dataset.flip is False  # left/right labels
+    assert datamodule._datasets.train is not None and datamodule._datasets.train.flip is False  # left/right labels
 
 
 @pytest.mark.parametrize(

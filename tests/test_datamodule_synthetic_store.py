@@ -39,8 +39,8 @@ def test_the_synthetic_videos_are_packed_once_and_trained_from(tmp_path: Path) -
                          callbacks=[MultigridCallback(precise_bn_batches=0, preflight=False)])
     trainer.fit(model, datamodule=datamodule)
     assert trainer.global_step > 0
-    assert isinstance(datamodule._train_dataset.reader, PackedFrameReader)
-    assert datamodule._val_dataset.manifest.format == "store"
+    assert isinstance(datamodule._datasets.train.reader, PackedFrameReader)
+    assert datamodule._datasets.val.manifest.format == "store"
     header = Path(datamodule.train_manifest) / "store.json"
     packed_at = header.stat().st_mtime_ns
     _datamodule(tmp_path, "store").prepare_data()
@@ -69,8 +69,8 @@ def test_a_copied_dataset_uses_its_stores_also_on_a_read_only_disk(tmp_path: Pat
             datamodule.setup("fit")
             batch = next(iter(datamodule.train_dataloader()))
             datamodule.teardown("fit")
-            datamodule._train_dataset.reader.store.close()
-            datamodule._val_dataset.reader.store.close()
+            datamodule._datasets.train.reader.store.close()
+            datamodule._datasets.val.reader.store.close()
         assert batch["video"].shape == (2, 3, 4, 32, 32)
         assert {store: FrameStore(copy / store).token for store in tokens} == tokens  # not packed again
         assert not list(copy.rglob(".packing"))
@@ -82,11 +82,11 @@ def test_the_same_clips_as_the_videos_within_resampling(tmp_path: Path) -> None:
         datamodule.prepare_data()
         datamodule.setup("fit")
     request = next(iter(videos.train_dataloader().batch_sampler))[0]
-    from_videos = videos._train_dataset[request]["video"].float()
-    from_store = store._train_dataset[request]["video"].float()
+    from_videos = videos._datasets.train[request]["video"].float()
+    from_store = store._datasets.train[request]["video"].float()
     assert from_videos.shape == from_store.shape
     assert (from_videos - from_store).abs().mean() < 12  # mp4 decoded, then JPEG at 46 px: grey levels
-    assert videos._train_dataset[request]["label"] == store._train_dataset[request]["label"]
+    assert videos._datasets.train[request]["label"] == store._datasets.train[request]["label"]
 
 
 @pytest.mark.parametrize(

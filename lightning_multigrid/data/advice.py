@@ -41,7 +41,7 @@ def loading_advice(reader: ClipReader, loaders: LoaderSettings, decode_ahead: in
     # Device decode is never advised: on the H200 it trained slower than the workers' decode
     # (113.0 against 29.7 s for the baseline, docs/gpu.md), and on a CPU it decodes in the training
     # process. A run that uses it is told the workers measured faster.
-    if getattr(reader, "frame_decode", None) == "device":
+    if reader.encoded:
         tips.append(
             "decoding in the workers (`reader_settings: {frame_decode: workers}`), measured faster than the "
             "device decode (docs/gpu.md)"

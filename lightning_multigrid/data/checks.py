@@ -5,6 +5,8 @@ device has trains no step, and Lightning ends the run there (a multigrid run ann
 of steps returns after 0). ``check_eval_classes``: validation or test data numbering its classes
 otherwise than training would be scored against shifted labels, or fail at the first validation
 batch. ``check_store_fits``: a packed frame store made for smaller grids than the run draws.
+``check_decode_ahead``: more batches decoded ahead than 2 only hold device memory.
+``check_base_batch_settable``: the base batch changes only while no schedule built from it is served.
 ``check_synthetic_alone``: the built-in synthetic dataset excludes the manifests;
 ``existing_manifest``: a manifest a stage needs, given and found.
 """
@@ -14,14 +16,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from lightning_multigrid._checks import check_int
 from lightning_multigrid.data.manifests.classes import align_classes, describe_classes
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.grid import GridPlan, count_batches
 
 __all__ = [
-    "check_drop_last", "check_eval_classes", "check_store_fits", "check_synthetic_alone",
-    "existing_manifest",
+    "check_base_batch_settable", "check_decode_ahead", "check_drop_last", "check_eval_classes", "check_store_fits",
+    "check_synthetic_alone", "existing_manifest",
 ]
 
 
@@ -101,10 +104,26 @@ def check_store_fits(reader: object, argument: str, short_side: int, what: str) 
         )
 
 
-def check_synthetic_alone(**manifest_args: str | None) -> None:
-    """With ``synthetic``, none of the manifest arguments: the built-in dataset's files stand in for them."""
+def check_base_batch_settable(value: object, base_batch: int, *, serving_schedule: bool) -> None:
+    """Refuse a new base batch ``value`` while a multigrid schedule built from ``base_batch`` is served."""
+    if serving_schedule:
+        raise ValueError(
+            f"MultigridVideoDataModule: cannot set `batch_size={value!r}` while a multigrid schedule built from "
+            f"base batch {base_batch} is served. Set it before `fit` (Lightning's batch-size "
+            "finder does so before MultigridCallback builds its schedule)."
+        )
+
+
+def check_decode_ahead(decode_ahead: int) -> None:
+    """Refuse a ``decode_ahead`` that is not 0, 1 or 2 batches."""
+    if check_int("decode_ahead", decode_ahead, 0) > 2:
+        raise ValueError(f"`decode_ahead` must be 0, 1 or 2 batches, got {decode_ahead!r}: more only holds device memory.")
+
+
+def check_synthetic_alone(synthetic: object, **manifest_args: str | None) -> None:
+    """With ``synthetic`` (not ``None``), none of the manifest arguments: the built-in dataset's files stand in for them."""
     given = [name for name, value in manifest_args.items() if value is not None]
-    if given:
+    if synthetic is not None and given:
         raise ValueError(
             f"`synthetic` uses the built-in synthetic dataset, but {', '.join(f'`{n}`' for n in given)} "
             "also given: pass either `synthetic` or your manifests."

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, SequentialSampler, get_worker_info
 
-from lightning_multigrid._checks import check_bool, check_int, check_positive_int
+from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import shutdown_loader_workers
 from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, FetchedChunk, InSlot, slot_bytes_for
 from lightning_multigrid.data.dataset import collate_clips
@@ -75,12 +75,13 @@ __all__ = [
 class LoaderSettings:
     """How loaders run: worker processes, pinned memory, the training tail and chunking.
 
+    No batch size: the base shape owns it. The plan's base batch is the smallest chunk of a chunked
+    training batch; the evaluation loader is given its ``batch_size``.
+
     Raises:
         ValueError: naming a setting out of range.
 
     Attributes:
-        batch_size: base clips per device: the evaluation batch, and the smallest chunk of a
-            chunked training batch.
         num_workers: DataLoader worker processes per loader.
         pin_memory: pin host memory of batches.
         persistent_workers: keep workers alive between epochs (ignored with ``num_workers=0``).
@@ -89,7 +90,6 @@ class LoaderSettings:
             parallel (:class:`ChunkedDataLoader`).
     """
 
-    batch_size: int
     num_workers: int
     pin_memory: bool = False
     persistent_workers: bool = True
@@ -97,7 +97,6 @@ class LoaderSettings:
     chunk_batches: bool = True
 
     def __post_init__(self) -> None:
-        check_positive_int("batch_size", self.batch_size)
         check_int("num_workers", self.num_workers, 0)
         for name in ("pin_memory", "persistent_workers", "drop_last", "chunk_batches"):
             check_bool(name, getattr(self, name))
@@ -150,7 +149,7 @@ def build_train_loader(
         return ChunkedDataLoader(
             dataset,
             batch_sampler=batch_sampler,
-            min_chunk_size=settings.batch_size,
+            min_chunk_size=plan.base_shape.batch_size,
             num_workers=settings.num_workers,
             collate_fn=collate_clips,
             pin_memory=settings.pin_memory,
@@ -169,8 +168,10 @@ def build_train_loader(
     )
 
 
-def build_eval_loader(dataset: Dataset[Any], settings: LoaderSettings, *, rank: int, world_size: int) -> DataLoader[Any]:
-    """Evaluation views of ``dataset`` in order, ``settings.batch_size`` per batch, split over ranks."""
+def build_eval_loader(
+    dataset: Dataset[Any], settings: LoaderSettings, *, batch_size: int, rank: int, world_size: int
+) -> DataLoader[Any]:
+    """Evaluation views of ``dataset`` in order, ``batch_size`` per batch, split over ranks."""
     sampler: Sampler[int]
     if world_size > 1:
         # Pads by repeating a few views so every rank runs the same number of steps.
@@ -179,7 +180,7 @@ def build_eval_loader(dataset: Dataset[Any], settings: LoaderSettings, *, rank: 
         sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
     return DataLoader(
         dataset,
-        batch_size=settings.batch_size,
+        batch_size=batch_size,
         sampler=sampler,
         num_workers=settings.num_workers,
         collate_fn=collate_clips,

@@ -15,7 +15,7 @@ from typing import Any
 
 from lightning_multigrid.grid import GridShape
 
-__all__ = ["check_resumed_train_loader", "served_state"]
+__all__ = ["check_resumed_train_loader", "saved_served", "served_state"]
 
 
 def served_state(serving_schedule: bool, base: GridShape) -> dict[str, Any]:
@@ -56,3 +56,8 @@ def check_resumed_train_loader(
             "resumed epoch would skip another number of clips than were trained. Resume with the checkpoint's "
             "settings, or from an end-of-epoch checkpoint."
         )
+
+
+def saved_served(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """The :func:`served_state` entries of a loaded DataModule state (none in an older checkpoint)."""
+    return {key: state_dict[key] for key in ("multigrid", "base_shape") if key in state_dict}

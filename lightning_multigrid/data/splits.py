@@ -5,13 +5,12 @@ read (:func:`~lightning_multigrid.data.manifests.classes.align_classes`), and an
 given with ``use_datasets`` is checked against them
 (:func:`~lightning_multigrid.data.checks.check_eval_classes`). Each dataset's reader is built here,
 once, from the DataModule's :class:`~lightning_multigrid.data.reader_settings.ReaderSettings`; a
-packed frame store smaller than the evaluation short side is refused
+packed frame store smaller than the short sides its split draws is refused
 (:func:`~lightning_multigrid.data.checks.check_store_fits`). No Lightning: testable without a Trainer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,32 +23,37 @@ from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.grid import EvalViews, FixedGrid
 
-__all__ = ["SplitBuilder"]
+__all__ = ["SplitSources"]
 
 
-@dataclass(frozen=True, slots=True)
-class SplitBuilder:
-    """How the DataModule reads its splits: the manifests, their root and class names, the decoder
-    settings, what every dataset shares, and the evaluation views.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SplitSources:
+    """Where the DataModule's splits come from and how their datasets are cut, built by keyword from its
+    arguments as they are now.
 
     Attributes:
-        manifests: the manifest path of each DataModule argument (``train_manifest``, ``val_manifest``,
-            ``test_manifest``; ``None``: not given).
+        train_manifest: the training manifest (``None``: not given), as are ``val_manifest`` and
+            ``test_manifest`` (``None``: the validation manifest).
         root_dir: directory the manifests' paths are relative to; ``None``: each manifest's own.
         class_names: class-names file, for labels written as names.
         manifest_kind: ``"video"``, ``"frames"`` or ``"auto"``.
         reader_settings: the decoder settings each split's reader is built with.
+        flip: random horizontal flips of training clips.
         strict: raise on an undecodable video instead of replacing it.
         slowfast_alpha: ``[slow, fast]`` pathways, or ``None``.
-        baseline: the base shape and clip sampling evaluation views are cut at.
+        baseline: the base shape and clip sampling: the largest short side training draws, and the
+            evaluation views' shape.
         views: the evaluation views per video.
     """
 
-    manifests: Mapping[str, str | None]
+    train_manifest: str | None
+    val_manifest: str | None
+    test_manifest: str | None
     root_dir: str | None
     class_names: str | None
     manifest_kind: ManifestKind
     reader_settings: ReaderSettings
+    flip: bool
     strict: bool
     slowfast_alpha: int | None
     baseline: FixedGrid
@@ -68,27 +72,43 @@ class SplitBuilder:
         names = self.class_names if class_names is None else class_names
         return load_manifest(path, root=self.root_dir, class_names=names, kind=self.manifest_kind)
 
-    def train(self, flip: bool) -> TrainVideoDataset:
-        """The training set of ``train_manifest``, on the reader its format asks for.
+    def train(self, dataset: TrainVideoDataset | None) -> TrainVideoDataset:
+        """The training set: ``dataset`` if given, else read from ``train_manifest`` on the reader its
+        format asks for; a packed store smaller than the largest short side training draws refused.
 
         Raises:
-            ValueError: when ``train_manifest`` is not given.
+            ValueError: when ``train_manifest`` is needed and not given, or the store is too small.
             FileNotFoundError: when it does not exist.
         """
-        manifest = self.manifest(existing_manifest("train_manifest", self.manifests["train_manifest"]))
-        return TrainVideoDataset(
-            manifest, self.reader_settings.reader_for(manifest), flip=flip, strict=self.strict,
-            slowfast_alpha=self.slowfast_alpha,
-        )
+        if dataset is None:
+            manifest = self.manifest(existing_manifest("train_manifest", self.train_manifest))
+            dataset = TrainVideoDataset(
+                manifest, self.reader_settings.reader_for(manifest), flip=self.flip, strict=self.strict,
+                slowfast_alpha=self.slowfast_alpha,
+            )
+        largest = self.baseline.clip_sampling.scales_for_base(self.baseline.base_shape.crop_size)[1]
+        check_store_fits(dataset.reader, "train_manifest", largest, "the `jitter_scales` maximum")
+        return dataset
+
+    def num_classes(self) -> int:
+        """Classes of the training (else validation) manifest, read from it.
+
+        Raises:
+            ValueError: when neither is given.
+        """
+        path = self.train_manifest or self.val_manifest
+        if path is None:
+            raise ValueError("`num_classes` needs a `train_manifest` or `val_manifest`.")
+        return self.manifest(path).num_classes
 
     def training_manifest(self, train: TrainVideoDataset | None) -> Manifest | None:
         """The owner of the class facts: the training set's manifest, read if the set is not there yet;
         ``None`` without ``train_manifest``."""
         if train is not None:
             return train.manifest
-        if self.manifests["train_manifest"] is None:
+        if self.train_manifest is None:
             return None
-        return self.manifest(existing_manifest("train_manifest", self.manifests["train_manifest"]))
+        return self.manifest(existing_manifest("train_manifest", self.train_manifest))
 
     def evaluation(
         self, dataset: EvalVideoDataset | None, split: Literal["val", "test"], train: TrainVideoDataset | None
@@ -101,10 +121,11 @@ class SplitBuilder:
             FileNotFoundError: when the manifest does not exist.
             ManifestError: when its classes are not training's (naming the argument, the video and class).
         """
-        argument = "test_manifest" if split == "test" and self.manifests["test_manifest"] is not None else "val_manifest"
+        use_test = split == "test" and self.test_manifest is not None
+        argument, path = ("test_manifest", self.test_manifest) if use_test else ("val_manifest", self.val_manifest)
         training = self.training_manifest(train)
         if dataset is None:
-            dataset = self._read_evaluation(argument, existing_manifest(argument, self.manifests[argument]), training)
+            dataset = self._read_evaluation(argument, existing_manifest(argument, path), training)
         if training is not None:
             check_eval_classes(training, dataset.manifest, argument)
         return dataset

@@ -91,8 +91,10 @@ class BatchTransfer:
 def is_encoded(batch: Any) -> bool:
     """Whether ``batch`` is a dict whose ``"video"`` is still JPEG clips (:class:`EncodedBatch`), to decode on the device.
 
-    What the reader returned decides, not the settings: a dataset given to the DataModule directly
-    may decode in its workers though the DataModule's ``frame_decode`` is ``"device"``.
+    The batch carries its reader's answer (:attr:`ClipReader.encoded
+    <lightning_multigrid.data.decoding.readers.ClipReader.encoded>`: such a reader's clips collate into an
+    ``EncodedBatch``), and is asked here because the reader cannot tell this batch's state: it may come
+    from any split's loader, or have been decoded ahead of the step already.
     """
     return isinstance(batch, dict) and isinstance(batch.get("video"), EncodedBatch)
 

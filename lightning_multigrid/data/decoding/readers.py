@@ -4,8 +4,10 @@ A reader answers two questions about a video of the manifest: what sampling read
 (:meth:`ClipReader.source`: its size and frame count) and the clip at drawn parameters
 (:meth:`ClipReader.read`). The datasets draw the parameters in between
 (:mod:`~lightning_multigrid.data.clip_params`), so every reader gives the same clip from the same
-seed. A new source of pixels (another library, a cache) is one more class, passed to the dataset
-as ``reader=``:
+seed. And one about itself: whether its clips leave as JPEG bytes to decode on the device
+(:attr:`ClipReader.encoded`); the DataModule's decode-ahead and loading advice ask it, nothing else.
+A new source of pixels (another library, a cache) is one more class, passed to the dataset as
+``reader=``:
 
 - :class:`VideoFileReader`: encoded video files, decoded with PyAV in the workers;
 - :class:`FrameFolderReader`: folders of JPEG frames, decoded in the workers or read as JPEG bytes
@@ -50,6 +52,12 @@ def check_frame_decode(frame_decode: object) -> None:
 class ClipReader(Protocol):
     """Where a dataset's clips come from."""
 
+    @property
+    def encoded(self) -> bool:
+        """Whether :meth:`read` returns JPEG bytes (:class:`~lightning_multigrid.data.decoding.frames.EncodedClip`)
+        to decode on the device, rather than pixels."""
+        ...
+
     def source(self, entry: VideoEntry) -> ClipSource:
         """What sampling reads of the video: width, height and frame count.
 
@@ -74,6 +82,8 @@ class VideoFileReader:
         metadata_file: precomputed metadata (``check-data --write-metadata``) to skip probing.
         interpolation: swscale resize filter.
     """
+
+    encoded = False  # decoded in the workers
 
     def __init__(
         self, metadata_file: str | os.PathLike[str] | None = None, interpolation: Interpolation = "BILINEAR"
@@ -138,6 +148,11 @@ class FrameFolderReader:
         # Per video, never per folder: videos of a frame-list CSV may share a folder.
         self._folders: dict[str, FrameFolder] = {}
 
+    @property
+    def encoded(self) -> bool:
+        """Whether clips leave as JPEG bytes for the device (``frame_decode="device"``)."""
+        return self.frame_decode == "device"
+
     def source(self, entry: VideoEntry) -> FrameFolder:
         folder = self._folders.get(entry.name)
         if folder is None:
@@ -146,7 +161,7 @@ class FrameFolderReader:
 
     def read(self, entry: VideoEntry, params: ClipParams) -> torch.Tensor | EncodedClip:
         folder = self.source(entry)
-        if self.frame_decode == "device":
+        if self.encoded:
             return read_encoded_clip(folder, params, entry.name)
         return read_clip(folder, params)
 
@@ -161,6 +176,8 @@ class InMemoryReader:
     Args:
         entries: videos to decode now (a manifest's ``entries``); others are decoded when first read.
     """
+
+    encoded = False  # clips are cut from decoded frames
 
     def __init__(self, entries: Iterable[VideoEntry] = ()) -> None:
         self._videos: dict[str, tuple[VideoMetadata, torch.Tensor]] = {}  # path -> metadata, uint8 (T, 3, H, W)

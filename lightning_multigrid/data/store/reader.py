@@ -60,6 +60,11 @@ class PackedFrameReader:
         self.frame_decode = frame_decode
         self._warned_upscale = False
 
+    @property
+    def encoded(self) -> bool:
+        """Whether clips leave as JPEG bytes for the device (``frame_decode="device"``)."""
+        return self.frame_decode == "device"
+
     def source(self, entry: VideoEntry) -> StoredVideo:
         return self._stored(entry)
 
