@@ -113,7 +113,7 @@ from lightning_multigrid.compare import TrainingClock
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.readers import InMemoryReader
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.grid import ClipSampling, GridShape
 from lightning_multigrid.module import VideoClassifier

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from harness import Setup
 
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset, write_video
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames

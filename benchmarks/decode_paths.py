@@ -35,7 +35,7 @@ import torch
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticData
 from lightning_multigrid.module import VideoClassifier
 

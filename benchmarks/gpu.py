@@ -102,7 +102,7 @@ from grids import benchmark_schedule
 from harness import Report, Setup, environment, grid_rows, markdown_head, markdown_json, markdown_tail
 
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.schedule import GridShape, MultigridSchedule
 
 FULL = Setup(

@@ -23,8 +23,8 @@ from lightning_multigrid.data.decoding.device import (
     decode_jpegs,
     jpeg_decoder,
 )
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.prefetch import DecodeAhead
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.transfer import BatchTransfer, normalize_video
 from lightning_multigrid.schedule import MultigridSchedule
 

@@ -21,10 +21,10 @@ from loader import stage_costs
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import crop_resize_flip, decode_jpegs
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader
-from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.prefetch import DecodeAhead
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.transfer import BatchTransfer
 from lightning_multigrid.schedule import MultigridSchedule
 

@@ -80,9 +80,9 @@ from lightning_multigrid.data.clip_params import ClipRequest, assemble_clip, dis
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_encoded_clip
 from lightning_multigrid.data.decoding.jpeg import dct_scale, resize_crop
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames

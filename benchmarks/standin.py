@@ -82,8 +82,8 @@ import torch
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.data.decoding.settings import ReaderSettings
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.pack import pack_frames
 

@@ -25,7 +25,7 @@ from PIL import Image
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.pack import pack_frames
 
 VARIANTS = [(90, "4:2:0"), (90, "4:4:4"), (95, "4:2:0"), (95, "4:4:4"), (100, "4:4:4")]

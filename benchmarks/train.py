@@ -58,8 +58,8 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decoding.readers import InMemoryReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames

@@ -68,7 +68,7 @@ def _add_manifest_kind_argument(parser: argparse.ArgumentParser) -> None:
 
 def _run_check_data(args: argparse.Namespace) -> None:
     from lightning_multigrid.data.decoding.frame_names import FrameLayout
-    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.tools.check import check_videos, format_report
 
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)
@@ -115,8 +115,8 @@ def _add_extract_frames_arguments(parser: argparse.ArgumentParser) -> None:
 def _run_extract_frames(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from lightning_multigrid.data.manifests.load import load_manifest
     from lightning_multigrid.data.manifests.videos import read_folder_manifest
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.tools.extract import extract_frames
 
     if Path(args.manifest).is_dir() and args.root is None and args.class_names is None:
@@ -186,7 +186,7 @@ def _add_pack_frames_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_pack_frames(args: argparse.Namespace) -> None:
     from lightning_multigrid.data.decoding.frame_names import FrameLayout
-    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.tools.pack import pack_frames
 
     layout = FrameLayout(args.filename_tmpl, args.allow_frame_gaps)

@@ -278,7 +278,7 @@ def frames(tmp_path: Path) -> FrameFactory:
 @pytest.fixture(scope="session")
 def synthetic_frames(synthetic_dataset: SyntheticDataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """``synthetic_dataset`` extracted to a frame dataset: ``(train manifest, val manifest)``. Read-only."""
-    from lightning_multigrid.data.manifests.load import load_manifest
+    from lightning_multigrid.data.sources import load_manifest
     from lightning_multigrid.data.tools.extract import extract_frames
 
     out = tmp_path_factory.mktemp("synthetic_frames")

@@ -18,7 +18,7 @@ from lightning_multigrid import EvalViews, MultigridCallback, MultigridVideoData
 from lightning_multigrid._checks import check_value, plain_value
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.config import MultigridOptions, ShortRun
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
 from lightning_multigrid.grid import GridShape
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.data.decoding.settings import ReaderSettings
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools.pack import pack_frames
 

@@ -16,8 +16,8 @@ import torch
 from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, slot_bytes_for
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.loaders import ChunkedDataLoader, plan_slot_bytes
-from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.grid import FixedGrid
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule

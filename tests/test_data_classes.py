@@ -15,7 +15,7 @@ from lightning_multigrid.cli import main
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError, read_class_names
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.grid import ClipSampling, GridShape

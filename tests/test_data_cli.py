@@ -10,9 +10,9 @@ import pytest
 
 from lightning_multigrid.cli import main
 from lightning_multigrid.data.dataset import TrainVideoDataset
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import read_class_names
 from lightning_multigrid.data.manifests.videos import read_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticDataset, ensure_synthetic_dataset, render_synthetic_video
 from lightning_multigrid.data.tools.check import check_videos
 

@@ -14,9 +14,9 @@ from torch.utils.data import DataLoader
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.decoding.video import VideoReader
 from lightning_multigrid.data.manifests.entries import ManifestError
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import ClipSampling, EvalViews
 from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule

@@ -19,7 +19,7 @@ from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.decoding import device as device_decode
 from lightning_multigrid.data.decoding.device import decode_clips, decode_jpegs, jpeg_decoder
 from lightning_multigrid.data.decoding.frames import EncodedClip
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 
 from conftest import FrameFactory
 

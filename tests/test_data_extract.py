@@ -13,7 +13,7 @@ from lightning_multigrid.data.clip_params import eval_clip_params
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.extract import DONE_FILE, extract_frames, extract_video
 from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 

@@ -30,9 +30,9 @@ from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import jpeg_end
 from lightning_multigrid.data.decoding.metadata import MetadataCache
 from lightning_multigrid.data.decoding.readers import InMemoryReader, VideoFileReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.decoding.video import VideoReader, probe_video
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames

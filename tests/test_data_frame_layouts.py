@@ -23,9 +23,9 @@ from lightning_multigrid.data.decoding.device import decode_batch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout, FrameNameError, select_frames
 from lightning_multigrid.data.decoding.frames import open_frame_folder
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import VideoEntry
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.check import check_videos
 
 from conftest import FrameFactory, VideoFactory

@@ -16,10 +16,11 @@ from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip, open_frame_folder, read_clip, read_encoded_clip
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError, VideoEntry
 from lightning_multigrid.data.manifests.frames import read_frame_manifest, write_frame_manifest
-from lightning_multigrid.data.manifests.load import is_frame_manifest, load_manifest
+from lightning_multigrid.data.manifests.load import is_frame_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.check import check_videos, format_report
 from lightning_multigrid.grid import ClipSampling, EvalViews, GridShape
 

@@ -26,7 +26,7 @@ from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
 from lightning_multigrid.data.decoding.jpeg import JpegFrameError, dct_scale, decode_clip_crops, has_exif, resize_crop
 from lightning_multigrid.data.manifests.entries import VideoEntry
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.pack import pack_frames
 

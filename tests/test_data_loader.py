@@ -11,9 +11,9 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import ChunkedDataLoader, SmallByValue, TaskStream, chunk, join_batches
 from lightning_multigrid.data.prefetch import DecodeAhead
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.transfer import BatchTransfer

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from lightning_multigrid.data.manifests.entries import Manifest, ManifestError, VideoEntry, read_class_names
-from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.videos import read_folder_manifest, read_manifest, write_manifest
+from lightning_multigrid.data.sources import load_manifest
 
 from conftest import FrameFactory, VideoFactory
 

@@ -26,8 +26,8 @@ from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.prefetch import THREAD_NAME, DecodeAhead
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.transfer import BatchTransfer
 
 from conftest import FrameFactory

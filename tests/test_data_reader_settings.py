@@ -17,8 +17,8 @@ from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.frame_names import FrameLayout
 from lightning_multigrid.data.decoding.frames import EncodedClip
 from lightning_multigrid.data.decoding.readers import FrameFolderReader, VideoFileReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools.pack import pack_frames

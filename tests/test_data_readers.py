@@ -11,9 +11,11 @@ from lightning_multigrid.data import ClipRequest, EvalVideoDataset, TrainVideoDa
 from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.metadata import VideoMetadata
-from lightning_multigrid.data.decoding.readers import ClipReader, InMemoryReader, VideoFileReader
+from lightning_multigrid.data.decoding.readers import (
+    ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader, returns_encoded,
+)
 from lightning_multigrid.data.manifests.entries import VideoEntry
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import EvalViews, GridShape
 
@@ -129,3 +131,16 @@ def test_in_memory_clips_are_the_resized_crop_box_of_each_frame(synthetic_datase
                                  antialias=True)
         expected = (expected.flip(-1) if params.flip else expected).permute(1, 0, 2, 3)
         assert torch.equal(memory.read(entry, params), expected)
+
+
+def test_a_reader_without_encoded_returns_pixels_and_gets_advice(synthetic_dataset: SyntheticDataset) -> None:
+    # A user's reader written before `encoded` joined the protocol: pixels, never decoded on the device.
+    from lightning_multigrid.data.datamodule import MultigridVideoDataModule
+
+    reader = RecordingReader(VideoFileReader())
+    assert not hasattr(reader, "encoded") and not returns_encoded(reader)
+    assert returns_encoded(FrameFolderReader(frame_decode="device")) and not returns_encoded(FrameFolderReader())
+    datamodule = MultigridVideoDataModule(batch_size=2, num_frames=4, crop_size=32, num_workers=0)
+    datamodule.use_datasets(train=TrainVideoDataset(load_manifest(synthetic_dataset.train_manifest), reader, flip=False))
+    advice = datamodule.loading_advice()
+    assert "decoding in the workers" not in advice and "decode_ahead" not in advice

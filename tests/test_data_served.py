@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_multigrid.data.decoding.readers import FrameFolderReader, InMemoryReader, VideoFileReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.served_datasets import ServedDatasets
 from lightning_multigrid.data.splits import SplitSources
 from lightning_multigrid.data.trainer_facts import TrainerFacts, trainer_facts

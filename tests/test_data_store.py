@@ -21,10 +21,10 @@ from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.readers import FrameFolderReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError
-from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.store_folder import HEADER_FILE, is_store
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store import write
 from lightning_multigrid.data.store.format import FrameStore, choose_level
 from lightning_multigrid.data.store.reader import PackedFrameReader

@@ -29,8 +29,8 @@ from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError
-from lightning_multigrid.data.manifests.load import load_manifest
 from lightning_multigrid.data.manifests.store_folder import HEADER_FILE
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.format import FrameStore, packing_lock
 from lightning_multigrid.data.synthetic import SyntheticDataset, synthetic_store_files
 from lightning_multigrid.data.tools.pack import pack_frames

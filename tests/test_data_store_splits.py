@@ -13,9 +13,9 @@ from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.decoding import frames as frames_module
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.readers import FrameFolderReader
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestError
-from lightning_multigrid.data.manifests.load import load_manifest
+from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.check import check_video, check_videos
 from lightning_multigrid.data.tools.pack import pack_frames

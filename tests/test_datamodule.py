@@ -17,7 +17,7 @@ from lightning_multigrid._lightning import pl
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
-from lightning_multigrid.data.decoding.settings import ReaderSettings
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
 from lightning_multigrid.data.transfer import normalize_video

@@ -76,7 +76,7 @@ def test_every_new_key_exists():
     from dataclasses import fields
 
     from lightning_multigrid.config import ShortRun
-    from lightning_multigrid.data.decoding.settings import ReaderSettings
+    from lightning_multigrid.data.reader_settings import ReaderSettings
     from lightning_multigrid.data.synthetic import SyntheticData
     from lightning_multigrid.grid import EvalViews
 

@@ -7,7 +7,7 @@ DataModule has, so a run that reads a store is not told to read one.
 
 from __future__ import annotations
 
-from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, VideoFileReader
+from lightning_multigrid.data.decoding.readers import ClipReader, FrameFolderReader, VideoFileReader, returns_encoded
 from lightning_multigrid.data.loaders import LoaderSettings
 from lightning_multigrid.data.store.reader import PackedFrameReader
 
@@ -41,7 +41,7 @@ def loading_advice(reader: ClipReader, loaders: LoaderSettings, decode_ahead: in
     # Device decode is never advised: on the H200 it trained slower than the workers' decode
     # (113.0 against 29.7 s for the baseline, docs/gpu.md), and on a CPU it decodes in the training
     # process. A run that uses it is told the workers measured faster.
-    if reader.encoded:
+    if returns_encoded(reader):
         tips.append(
             "decoding in the workers (`reader_settings: {frame_decode: workers}`), measured faster than the "
             "device decode (docs/gpu.md)"

@@ -22,9 +22,9 @@ from lightning_multigrid._lightning import (
 from lightning_multigrid.data.advice import loading_advice
 from lightning_multigrid.data.checks import check_base_batch_settable, check_decode_ahead, check_synthetic_alone
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
-from lightning_multigrid.data.decoding.settings import ReaderSettings
 from lightning_multigrid.data.loaders import LoaderSettings
 from lightning_multigrid.data.manifests.entries import ManifestKind, check_manifest_kind
+from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.resume_checks import check_resumed_train_loader, saved_served, served_state
 from lightning_multigrid.data.served_datasets import ServedDatasets
 from lightning_multigrid.data.served_loaders import ServedLoaders
@@ -76,7 +76,7 @@ class MultigridVideoDataModule(pl.LightningDataModule):
         seed: seed of the training shuffle and of every clip's random draws.
         mean: per-channel RGB mean of ``[0, 1]`` video for normalisation.
         std: per-channel RGB standard deviation for normalisation.
-        reader_settings: how clips are decoded (:class:`~lightning_multigrid.data.decoding.settings.ReaderSettings`).
+        reader_settings: how clips are decoded (:class:`~lightning_multigrid.data.reader_settings.ReaderSettings`).
         decode_ahead: JPEG training batches decoded this many (1 or 2) ahead of the step on the device; 0: serially.
         chunk_batches: with several workers, decode each training batch in chunks of at least ``batch_size`` clips.
         manifest_kind: ``"video"`` or ``"frames"`` when the manifests' content cannot tell; default ``"auto"``.

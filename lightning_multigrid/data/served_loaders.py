@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_multigrid._internals import shutdown_loader_workers
 from lightning_multigrid.data.checks import check_drop_last
 from lightning_multigrid.data.dataset import TrainVideoDataset
+from lightning_multigrid.data.decoding.readers import returns_encoded
 from lightning_multigrid.data.loaders import (
     CachedLoader,
     LoaderKey,
@@ -67,7 +68,7 @@ class ServedLoaders:
         cycle = plan.cycle_at(at.epoch) if at.world_size > 1 else None
         key = LoaderKey(cycle, at.rank, at.world_size, (at.epoch, at.start_iteration) if at.start_iteration else None)
         ahead = None
-        if decode_ahead and at.device is not None and dataset.reader.encoded:
+        if decode_ahead and at.device is not None and returns_encoded(dataset.reader):
             ahead = DecodeAhead(decode, at.device, decode_ahead)
         return self._train.get(key, at.epoch, lambda: build_train_loader(
             dataset, plan, self.settings, epoch=at.epoch, rank=at.rank, world_size=at.world_size, seed=seed,

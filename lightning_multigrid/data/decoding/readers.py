@@ -38,7 +38,10 @@ from lightning_multigrid.data.decoding.metadata import FrameFolder, MetadataCach
 from lightning_multigrid.data.decoding.video import Interpolation, VideoReader, decoder_threads_per_worker
 from lightning_multigrid.data.manifests.entries import VideoEntry
 
-__all__ = ["ClipReader", "FrameDecode", "FrameFolderReader", "InMemoryReader", "VideoFileReader", "check_frame_decode"]
+__all__ = [
+    "ClipReader", "FrameDecode", "FrameFolderReader", "InMemoryReader", "VideoFileReader", "check_frame_decode",
+    "returns_encoded",
+]
 
 FrameDecode = Literal["workers", "device"]
 
@@ -73,6 +76,14 @@ class ClipReader(Protocol):
             VideoDecodeError: when the clip cannot be decoded.
         """
         ...
+
+
+def returns_encoded(reader: ClipReader) -> bool:
+    """Whether ``reader`` returns JPEG bytes (:attr:`ClipReader.encoded`), the one place that asks.
+
+    A reader of the user's own written before ``encoded`` joined the protocol returns pixels.
+    """
+    return getattr(reader, "encoded", False) is True
 
 
 class VideoFileReader:
