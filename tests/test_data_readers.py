@@ -12,7 +12,11 @@ from lightning_multigrid.data.clip_params import ClipParams
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.metadata import VideoMetadata
 from lightning_multigrid.data.decoding.readers import (
-    ClipReader, FrameFolderReader, InMemoryReader, VideoFileReader, returns_encoded,
+    ClipReader,
+    FrameFolderReader,
+    InMemoryReader,
+    VideoFileReader,
+    returns_encoded,
 )
 from lightning_multigrid.data.manifests.entries import VideoEntry
 from lightning_multigrid.data.sources import load_manifest
