@@ -21,7 +21,7 @@ hooks around the optimizer step; the share is of a base-grid eager step.
 
 Then batches sized by measured cost (``--batch-sizing``, for each of ``--sizing-backbones``, default
 the tiny CNN and the tiny transformer): each grid's cost per clip measured as the callback measures
-it when fitting starts (:func:`lightning_multigrid.cost.measure_clip_costs`), the schedule built from
+it when fitting starts (:func:`lightning_multigrid.schedule.cost.measure_clip_costs`), the schedule built from
 it, and every grid's eager step timed (the fastest of ``--repeats``) at Equation 1's batch and at the
 cost-sized batch, relative to the base iteration (target: every cost-sized iteration within 15% of
 the base iteration's).
@@ -58,16 +58,16 @@ from lightning_multigrid._internals import mark_dynamic_dims, raise_recompile_li
 from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import BatchSizing, MultigridConfig, MultigridOptions
-from lightning_multigrid.cost import measure_clip_costs
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
-from lightning_multigrid.lr import MultigridLR
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
-from lightning_multigrid.preview import grid_sizings
-from lightning_multigrid.schedule import MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.build import MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.config import BatchSizing, MultigridConfig, MultigridOptions
+from lightning_multigrid.schedule.cost import measure_clip_costs
+from lightning_multigrid.schedule.lr import MultigridLR
+from lightning_multigrid.schedule.preview import grid_sizings
 
 NUM_CLASSES = 10
 # The step timer: wall clock, or with --clock process this process's CPU time (on a shared CPU,

@@ -63,8 +63,8 @@ from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
+from lightning_multigrid.fit.meter import format_grid
 from lightning_multigrid.grid import EvalViews
-from lightning_multigrid.meter import format_grid
 from lightning_multigrid.module import VideoClassifier
 
 

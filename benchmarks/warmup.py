@@ -10,7 +10,7 @@ one long-cycle grid (mean and last loss, the largest one-class share) and the va
 The run r3d_18 "never learnt" on the H200 (docs/gpu.md) collapsed at its start: the baseline's
 warm-up (90 optimizer steps here) passed in 12 multigrid steps at r = 8, the loss climbed past
 ln(classes), one class was predicted for whole batches and it never recovered. With the warm-up
-held in optimizer steps (``lightning_multigrid.lr``) the start does not blow up (docs/accuracy.md).
+held in optimizer steps (``lightning_multigrid.schedule.lr``) the start does not blow up (docs/accuracy.md).
 
     nice -n 19 python benchmarks/warmup.py                       # multigrid, about 220 steps
     nice -n 19 python benchmarks/warmup.py --baseline

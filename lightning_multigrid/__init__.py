@@ -10,22 +10,25 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_multigrid._lazy import lazy_attribute
+from lightning_multigrid._moved import install as _install_moved_modules
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid, GridPlan, GridShape
 
 __version__ = "0.1.0.dev0"
 
+_install_moved_modules()  # the old module paths (lightning_multigrid.config, ...) still import
+
 # name -> module that defines it, imported on first access.
 _LAZY = {
-    "MultigridConfig": "lightning_multigrid.config",
-    "MultigridOptions": "lightning_multigrid.config",
-    "ShortRun": "lightning_multigrid.config",
-    "ClipCost": "lightning_multigrid.config",
-    "measure_clip_costs": "lightning_multigrid.cost",
-    "BNPlan": "lightning_multigrid.stages",
-    "Stage": "lightning_multigrid.stages",
-    "ShortScheduleWarning": "lightning_multigrid.allocation",
-    "MultigridSchedule": "lightning_multigrid.schedule",
-    "build_schedule": "lightning_multigrid.schedule",
+    "MultigridConfig": "lightning_multigrid.schedule.config",
+    "MultigridOptions": "lightning_multigrid.schedule.config",
+    "ShortRun": "lightning_multigrid.schedule.config",
+    "ClipCost": "lightning_multigrid.schedule.config",
+    "measure_clip_costs": "lightning_multigrid.schedule.cost",
+    "BNPlan": "lightning_multigrid.schedule.stages",
+    "Stage": "lightning_multigrid.schedule.stages",
+    "ShortScheduleWarning": "lightning_multigrid.schedule.allocation",
+    "MultigridSchedule": "lightning_multigrid.schedule.build",
+    "build_schedule": "lightning_multigrid.schedule.build",
     "MultigridCallback": "lightning_multigrid.callback",
     "GridMemoryFormat": "lightning_multigrid.memory_format",
     "MultigridVideoDataModule": "lightning_multigrid.data.datamodule",

@@ -1,7 +1,7 @@
 """MultigridCallback: the only class that changes the Trainer's settings.
 
-When fitting starts it reads the run (:mod:`~lightning_multigrid.fit_facts`), asks for the fit's plan
-(:mod:`~lightning_multigrid.fit_plan`) and applies it; then its hooks only read Trainer state, ask the
+When fitting starts it reads the run (:mod:`~lightning_multigrid.fit.facts`), asks for the fit's plan
+(:mod:`~lightning_multigrid.fit.plan`) and applies it; then its hooks only read Trainer state, ask the
 schedule and apply the answer. A DataModule must be a :class:`~lightning_multigrid.contracts.GridDataModule`.
 """
 
@@ -15,20 +15,20 @@ from typing_extensions import override
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import drop_train_loader, setting_owner, watch_train_fetches
 from lightning_multigrid._lightning import Callback, pl, rank_zero_info
-from lightning_multigrid.batch_grid import BatchGridCheck
-from lightning_multigrid.config import DEFAULTS, BatchSizing, MultigridOptions, ShortRun, check_milestones
 from lightning_multigrid.contracts import GridDataModule, LoadingAdviceDataModule, SkipCountingDataModule
-from lightning_multigrid.fit_facts import check_trainer, preflight_grids, read_fit, with_measured_costs
-from lightning_multigrid.fit_plan import FitPlan, plan_fit, short_run_option
-from lightning_multigrid.lr import MultigridLR, check_schedulers
-from lightning_multigrid.meter import DataWaitMeter
+from lightning_multigrid.fit.batch_grid import BatchGridCheck
+from lightning_multigrid.fit.facts import check_trainer, preflight_grids, read_fit, with_measured_costs
+from lightning_multigrid.fit.meter import DataWaitMeter
+from lightning_multigrid.fit.plan import FitPlan, plan_fit, short_run_option
+from lightning_multigrid.fit.precise_bn import PreciseBN
+from lightning_multigrid.fit.resume import restore_rng, start_resumed_fit
+from lightning_multigrid.fit.rng import EpochBoundaryRNG, gather_rng_states
+from lightning_multigrid.fit.step_log import StepLog
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm, create_sync_groups
-from lightning_multigrid.precise_bn import PreciseBN
-from lightning_multigrid.resume import restore_rng, start_resumed_fit
-from lightning_multigrid.rng import EpochBoundaryRNG, gather_rng_states
-from lightning_multigrid.schedule import MultigridSchedule
-from lightning_multigrid.stages import BNPlan
-from lightning_multigrid.step_log import StepLog
+from lightning_multigrid.schedule.build import MultigridSchedule
+from lightning_multigrid.schedule.config import DEFAULTS, BatchSizing, MultigridOptions, ShortRun, check_milestones
+from lightning_multigrid.schedule.lr import MultigridLR, check_schedulers
+from lightning_multigrid.schedule.stages import BNPlan
 
 __all__ = ["MultigridCallback"]
 
@@ -39,7 +39,7 @@ class MultigridCallback(Callback):
     The Trainer's ``max_epochs`` and the user's optimizer and LR scheduler describe the baseline run;
     the callback turns it into ``epoch_factor``-times as many cheaper epochs. The LightningModule must take
     any grid (:func:`~lightning_multigrid.models.make_multigrid_compatible`). The multigrid options are one
-    value, :attr:`options` (:class:`~lightning_multigrid.config.MultigridOptions` describes each in full);
+    value, :attr:`options` (:class:`~lightning_multigrid.schedule.config.MultigridOptions` describes each in full);
     how each Trainer setting is read, mapped, restored after fit or refused: ``docs/trainer.md``.
 
     Args:
@@ -57,7 +57,7 @@ class MultigridCallback(Callback):
         short_cycle_factors: crop factors of the two smaller short-cycle iterations (``None``: the paper's).
         full_grid_share: at least this fraction of the baseline's iterations at the full grid.
         scale_bn_base_size: scale ``bn_base_size`` with each grid's relative batch.
-        short_run: the short-run mode: ``True`` with its defaults, or a :class:`~lightning_multigrid.config.ShortRun`.
+        short_run: the short-run mode: ``True`` with its defaults, or a :class:`~lightning_multigrid.schedule.config.ShortRun`.
         pretrained: the model starts from pretrained weights (the warm-up rule; ``None``: the module says).
         batch_sizing: ``"equation1"`` (the paper's batches), or by each grid's measured ``"flops"`` or ``"time"``.
 

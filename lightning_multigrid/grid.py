@@ -4,7 +4,7 @@
 around the base shape (frame stride, jitter scales and their default), :class:`EvalViews` the
 views per validation/test video. Each validates itself on construction. :class:`GridPlan` is what
 the batch sampler, the DataModule and its checks ask about the grids of a run: the multigrid
-schedule (:class:`~lightning_multigrid.schedule.MultigridSchedule`) implements it, and so does
+schedule (:class:`~lightning_multigrid.schedule.build.MultigridSchedule`) implements it, and so does
 :class:`FixedGrid`, the baseline's plan (every epoch at the base shape).
 
 Example::

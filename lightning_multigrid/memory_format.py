@@ -9,7 +9,7 @@ table, and multigrid changes grid every iteration (the short cycle).
 :class:`GridMemoryFormat` is a Lightning callback, beside :class:`~lightning_multigrid.MultigridCallback`
 or alone in a baseline run. With ``memory_format="fastest"`` it times, the first time a grid's batch
 arrives, a few forward + backward passes of the model in each layout at that batch's shape (the
-model is left as it was: :func:`~lightning_multigrid.cost.measure_clip_costs`' safeguards), keeps the
+model is left as it was: :func:`~lightning_multigrid.schedule.cost.measure_clip_costs`' safeguards), keeps the
 faster (rank 0's choice on every rank, so the ranks agree), and before every step puts the model's
 5-D weights in the grid's layout when it differs from the last step's. Only the weights are
 converted: a convolution runs in its weight's layout and converts its input itself (one copy, the
@@ -30,8 +30,8 @@ import torch
 from torch import nn
 
 from lightning_multigrid._lightning import Callback, pl, rank_zero_info
-from lightning_multigrid.batch_grid import video_shapes
-from lightning_multigrid.cost import fastest_seconds, model_kept
+from lightning_multigrid.fit.batch_grid import video_shapes
+from lightning_multigrid.schedule.cost import fastest_seconds, model_kept
 
 __all__ = ["LAYOUTS", "GridMemoryFormat", "convert_memory_format", "time_memory_formats"]
 

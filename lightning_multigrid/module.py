@@ -3,7 +3,7 @@
 The backbone comes by name (see :data:`~lightning_multigrid.models.BACKBONES`) or as an
 ``nn.Module``; either way its head pooling is made adaptive, so every step may bring a different
 batch size, number of frames and crop (the module itself never assumes a shape). Optimisation is
-the recipe of the multigrid paper's baselines (:class:`~lightning_multigrid.recipe.OptimizerRecipe`):
+the recipe of the multigrid paper's baselines (:class:`~lightning_multigrid.fit.recipe.OptimizerRecipe`):
 SGD with momentum (or AdamW, ``optimizer="adamw"``, the usual choice for transformers), weight decay
 on weights only, linear warm-up, then step decay per epoch.
 
@@ -38,6 +38,8 @@ from lightning_multigrid._checks import check_bool, check_int, plain_value
 from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, raise_recompile_limit
 from lightning_multigrid._lightning import pl, warn_if_the_other_package_is_imported
 from lightning_multigrid.contracts import PathwayDataModule
+from lightning_multigrid.fit.multiview import VideoPredictions, aggregate_views
+from lightning_multigrid.fit.recipe import OptimizerRecipe, check_same_optimizer, decays
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
@@ -50,8 +52,6 @@ from lightning_multigrid.models import (
     preflight,
     slowfast_pathways,
 )
-from lightning_multigrid.multiview import VideoPredictions, aggregate_views
-from lightning_multigrid.recipe import OptimizerRecipe, check_same_optimizer, decays
 
 __all__ = ["VideoClassifier", "VideoPredictions", "aggregate_views"]
 
@@ -86,7 +86,7 @@ class VideoClassifier(pl.LightningModule):
         nesterov: use Nesterov momentum (SGD; unused with AdamW).
         weight_decay: weight decay on weights (SGD: L2 penalty; AdamW: decoupled); norm
             parameters, biases (parameters with at most one dimension) and transformers' position
-            tables (:data:`~lightning_multigrid.recipe.NO_DECAY_NAMES`) get none.
+            tables (:data:`~lightning_multigrid.fit.recipe.NO_DECAY_NAMES`) get none.
         warmup_epochs: epochs of linear warm-up, 0 for none.
         warmup_start_factor: LR factor of the first warm-up epoch, in ``(0, 1]``.
         milestones: absolute epochs (0-based, counted from the start of training, warm-up
@@ -392,7 +392,7 @@ class VideoClassifier(pl.LightningModule):
         Parameters with at most one dimension (BatchNorm/LayerNorm scales and shifts, biases) are
         not decayed: decaying them shrinks normalisation gains without regularising anything.
         Neither are transformers' position tables and class tokens (names containing one of
-        :data:`~lightning_multigrid.recipe.NO_DECAY_NAMES`, e.g. Swin's ``relative_position_bias_table``),
+        :data:`~lightning_multigrid.fit.recipe.NO_DECAY_NAMES`, e.g. Swin's ``relative_position_bias_table``),
         as in Swin's and MViT's reference recipes.
         Frozen parameters (``requires_grad=False``) are left out. With ``backbone_lr_factor`` != 1
         the groups are ``head/decay``, ``head/no_decay`` (the classifier, at ``lr``) and
@@ -419,7 +419,7 @@ class VideoClassifier(pl.LightningModule):
     @override
     def configure_optimizers(self) -> Any:
         """SGD (or AdamW), and per-epoch linear warm-up then ``MultiStepLR`` at :attr:`lr_milestones`
-        (:meth:`~lightning_multigrid.recipe.OptimizerRecipe.build_scheduler`)."""
+        (:meth:`~lightning_multigrid.fit.recipe.OptimizerRecipe.build_scheduler`)."""
         recipe = self.recipe
         optimizer = recipe.build_optimizer(self.parameter_groups())
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": recipe.build_scheduler(optimizer), "interval": "epoch"}}

@@ -49,7 +49,7 @@ from lightning_multigrid import (  # noqa: E402
     VideoClassifier,
 )
 from lightning_multigrid._lightning import PACKAGE as CHOSEN  # noqa: E402
-from lightning_multigrid.cli import main  # noqa: E402
+from lightning_multigrid.cli.commands import main  # noqa: E402
 
 data = dict(train_manifest=TRAIN, val_manifest=VAL, root_dir=ROOT, batch_size=2, num_frames=4, crop_size=32,
             sampling_rate=2, num_workers=0)

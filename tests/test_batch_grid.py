@@ -15,9 +15,9 @@ from test_resume import ExampleData, run
 from torch.utils.data import DataLoader
 
 from lightning_multigrid import EpochShardSampler, FixedGrid, GridShape, ShortCycleBatchSampler
-from lightning_multigrid.batch_grid import BatchGridCheck, video_shapes
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.fit.batch_grid import BatchGridCheck, video_shapes
 
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture
 

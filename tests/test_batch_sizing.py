@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from lightning_multigrid.cli import main
-from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.preview import GridSizing, format_table, grid_sizings, schedule_to_dict
-from lightning_multigrid.schedule import build_schedule
-from lightning_multigrid.stages import BNPlan
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.schedule.preview import GridSizing, format_table, grid_sizings, schedule_to_dict
+from lightning_multigrid.schedule.stages import BNPlan
 
 # Base 4 x 8 x 32, two long-cycle shapes (4 x 32, then the base), no short cycle. The 4-frame clip
 # costs 0.3 of a base clip (0.6 / 2.0: costs are read relative to the base grid's, in any unit).

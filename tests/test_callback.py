@@ -17,11 +17,11 @@ from torch.optim.lr_scheduler import LambdaLR, MultiStepLR, OneCycleLR, ReduceLR
 
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import ShortRun
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.synthetic import SyntheticDataset
+from lightning_multigrid.fit.precise_bn import update_bn_stats
 from lightning_multigrid.norm import MultigridBatchNorm
-from lightning_multigrid.precise_bn import update_bn_stats
+from lightning_multigrid.schedule.config import ShortRun
 
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)
 BASE_LR = 0.1

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader
 
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, ShortRun
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
+from lightning_multigrid.schedule.config import DEFAULT_SHORT_RUN, DEFAULTS, ShortRun
 
 from test_callback import RecordingNet
 

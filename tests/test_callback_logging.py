@@ -18,8 +18,8 @@ from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
+from lightning_multigrid.fit.meter import DataWaitMeter
 from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShape
-from lightning_multigrid.meter import DataWaitMeter
 
 from test_callback import BASE_LR, MILESTONES, RecordingNet, fit, make_datamodule, train_manifest  # noqa: F401
 

@@ -17,10 +17,10 @@ import torch
 from lightning_multigrid import EvalViews, MultigridCallback, MultigridVideoDataModule, VideoClassifier
 from lightning_multigrid._checks import check_value, plain_value
 from lightning_multigrid._lightning import pl
-from lightning_multigrid.config import MultigridOptions, ShortRun
 from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
 from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule.config import MultigridOptions, ShortRun
 
 BASE: dict[str, Any] = dict(batch_size=2, num_frames=4, crop_size=32, sampling_rate=2, num_workers=0, flip=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 
 
 def test_check_data_names_the_template_flag_not_the_python_argument(tmp_path, frames, capsys):

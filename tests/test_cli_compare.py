@@ -223,7 +223,7 @@ def test_fit_with_a_missing_manifest_is_a_one_line_error(tmp_path):
 
 def test_the_summary_says_slower_when_multigrid_was_slower():
     """A speed-up under 1 read "0.97x faster"."""
-    from lightning_multigrid.compare import Comparison, RunResult, format_comparison
+    from lightning_multigrid.cli.compare import Comparison, RunResult, format_comparison
 
     baseline = RunResult("baseline", 40, 1200, 38.4, {"val/top1": 1.0}, chance=0.25)
     slower = format_comparison(Comparison(baseline, RunResult("multigrid", 60, 357, 39.6, {"val/top1": 1.0})))
@@ -237,8 +237,8 @@ def test_the_schedule_summary_of_a_limited_run_gives_the_full_epochs_count_as_su
     """Under `limit_train_batches` the summary's regime line said "this run 357" above the line saying the run
     trains 69 (the demo with `compare --limit-train-batches 0.2`)."""
     from lightning_multigrid import GridShape, MultigridConfig, build_schedule
-    from lightning_multigrid.limits import limited_iterations
-    from lightning_multigrid.preview import format_table
+    from lightning_multigrid.schedule.limits import limited_iterations
+    from lightning_multigrid.schedule.preview import format_table
 
     demo = build_schedule(MultigridConfig(base=GridShape(8, 8, 64), sampling_rate=2, max_epochs=40, milestones=(30, 36)))
     limited = format_table(demo, 240, limit_train_batches=0.2)

@@ -6,8 +6,8 @@ import pytest
 import torch
 from test_cli_compare import run_cli, tiny_config, work_dir
 
+from lightning_multigrid.cli.trainer import setting_flags
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.trainer_cli import setting_flags
 
 
 @pytest.mark.parametrize(

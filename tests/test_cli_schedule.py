@@ -203,7 +203,7 @@ def test_long_cycle_factors_option():
 
 def test_pretrained_short_run_takes_the_pretrained_default(monkeypatch, capsys):
     from lightning_multigrid import config
-    from lightning_multigrid.cli import main
+    from lightning_multigrid.cli.commands import main
 
     monkeypatch.setattr(config, "PRETRAINED_LONG_CYCLE_FACTORS", ((0.5, 1.0), (1.0, 1.0)))
     short = "--batch-size 8 --num-frames 16 --crop-size 112 --max-epochs 24 --milestones 18 21 --format json".split()
@@ -240,7 +240,7 @@ def test_cost_sizing_says_why_a_grid_is_listed_twice():
     import dataclasses
 
     from lightning_multigrid import ClipCost, GridShape, MultigridConfig, MultigridOptions, build_schedule
-    from lightning_multigrid.preview import format_sizing, grid_sizings
+    from lightning_multigrid.schedule.preview import format_sizing, grid_sizings
 
     costs = {(8, 32): 1.0, (8, 16): 0.246, (8, 23): 0.552, (2, 23): 0.259, (2, 16): 0.129, (4, 23): 0.293,
              (4, 16): 0.138, (4, 32): 0.5}

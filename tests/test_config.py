@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridOptions, ShortRun
-from lightning_multigrid.schedule_command import add_schedule_arguments, schedule_options
+from lightning_multigrid.cli.schedule import add_schedule_arguments, schedule_options
+from lightning_multigrid.schedule.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridOptions, ShortRun
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lightning_multigrid"
 OPTION_NAMES = {f.name for f in dataclasses.fields(MultigridOptions)}

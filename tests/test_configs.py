@@ -2,7 +2,7 @@
 and each one trains for two steps on the synthetic videos.
 
 Every test is parametrized over ``configs/*.yaml``, so a new config is covered by adding the file.
-The CLI runs in-process (``lightning_multigrid.cli.main``): one import of torch and Lightning for the
+The CLI runs in-process (``lightning_multigrid.cli.commands.main``): one import of torch and Lightning for the
 whole module instead of one per subprocess. The dry run keeps the config's wiring (classes, data
 and multigrid options, the multigrid callback) and swaps what a CPU test cannot afford: the
 ``tiny`` backbone (one pathway, so no SlowFast split), a 2 x 8 x 32 base shape on the 64x48 test
@@ -24,13 +24,13 @@ import pytest
 import yaml
 
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.cli import main
-from lightning_multigrid.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridConfig, ShortRun
+from lightning_multigrid.cli.commands import main
+from lightning_multigrid.cli.trainer import build_cli
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models import BACKBONES, TWO_PATHWAY_BACKBONES
-from lightning_multigrid.schedule import build_schedule
-from lightning_multigrid.trainer_cli import build_cli
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridConfig, ShortRun
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from lightning_multigrid._lightning import pl
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import ManifestError, read_class_names

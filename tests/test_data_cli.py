@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.manifests.entries import read_class_names
 from lightning_multigrid.data.manifests.videos import read_manifest

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.clip_params import eval_clip_params
 from lightning_multigrid.data.decoding.frames import open_frame_folder, read_clip
 from lightning_multigrid.data.manifests.entries import VideoEntry

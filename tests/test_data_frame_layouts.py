@@ -364,7 +364,7 @@ def test_device_decode_failure_in_a_batch_is_replaced_counted_and_logged(
 def test_check_data_cli_takes_the_template_gaps_and_kind_options(
     tmp_path: Path, frames: FrameFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lightning_multigrid.cli import main
+    from lightning_multigrid.cli.commands import main
 
     frames.coded("a", num_frames=6, pattern="frame{:04d}.jpg")
     frames.write("a", [grey()] * 6, pattern="flow{:04d}.jpg")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed
-from lightning_multigrid.schedule import GridShape, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.build import GridShape, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
 
 MODES: dict[str, dict[str, Any]] = {
     "long+short": dict(long_cycle=True, short_cycle=True),

@@ -14,7 +14,7 @@ import torch
 
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from lightning_multigrid._lightning import pl
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.data.dataset import TrainVideoDataset

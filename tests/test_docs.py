@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_multigrid.cli import COMMANDS, LIGHTNING_COMMANDS, main
+from lightning_multigrid.cli.commands import COMMANDS, LIGHTNING_COMMANDS, main
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

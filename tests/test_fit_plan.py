@@ -7,8 +7,7 @@ import dataclasses
 import pytest
 
 from lightning_multigrid import fit_plan
-from lightning_multigrid.config import DEFAULTS, ClipCost, MultigridConfig, MultigridOptions, ShortRun
-from lightning_multigrid.fit_plan import (
+from lightning_multigrid.fit.plan import (
     FitFacts,
     PretrainedChoice,
     choose_milestones,
@@ -18,9 +17,10 @@ from lightning_multigrid.fit_plan import (
     short_run_option,
 )
 from lightning_multigrid.grid import ClipSampling, GridShape
-from lightning_multigrid.lr import Warmup, WarmupSearch
-from lightning_multigrid.preview import format_table
-from lightning_multigrid.schedule import build_schedule
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import DEFAULTS, ClipCost, MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.schedule.lr import Warmup, WarmupSearch
+from lightning_multigrid.schedule.preview import format_table
 
 BASE = GridShape(8, 16, 112)
 SAMPLING = ClipSampling(2)

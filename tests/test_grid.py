@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import (
     ClipSampling,
     EvalViews,
@@ -15,7 +14,8 @@ from lightning_multigrid.grid import (
     count_batches,
     default_jitter_scales,
 )
-from lightning_multigrid.schedule import build_schedule
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
 
 
 @pytest.mark.parametrize(

@@ -30,28 +30,23 @@ LIGHTNING_LAYER = {
     LIGHTNING_IMPORT,
     f"{PACKAGE}._internals",
     f"{PACKAGE}.callback",
-    f"{PACKAGE}.cli",
-    f"{PACKAGE}.compare",
     f"{PACKAGE}.data.datamodule",
-    f"{PACKAGE}.fit_facts",
     f"{PACKAGE}.memory_format",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
-    f"{PACKAGE}.precise_bn",
-    f"{PACKAGE}.step_log",
-    f"{PACKAGE}.trainer_cli",
+    *(f"{PACKAGE}.cli.{name}" for name in ("commands", "compare", "trainer")),
+    *(f"{PACKAGE}.fit.{name}" for name in ("facts", "precise_bn", "step_log")),
+}
+# The schedule's room: the options and config, the batch sizing, a stage, the two builders, the schedule value.
+SCHEDULE_MODULES = {
+    f"{PACKAGE}.schedule{name}" for name in ("", ".build", ".config", ".sizing", ".stages", ".allocation", ".short_run")
 }
 # Pure Python: importable without torch.
 PURE = {
-    PACKAGE, f"{PACKAGE}._checks", f"{PACKAGE}.grid", f"{PACKAGE}.schedule", f"{PACKAGE}.preview",
-    f"{PACKAGE}.contracts", f"{PACKAGE}.limits", f"{PACKAGE}._tables", f"{PACKAGE}.meter",
-    f"{PACKAGE}.config", f"{PACKAGE}.stages", f"{PACKAGE}.allocation", f"{PACKAGE}.short_run",
-    f"{PACKAGE}.schedule_command", f"{PACKAGE}._lazy", f"{PACKAGE}.renamed_options", f"{PACKAGE}.sizing",
-    f"{PACKAGE}.fit_plan",
-}
-# The schedule's modules: the options and config, the batch sizing, a stage, the two builders, the schedule value.
-SCHEDULE_MODULES = {
-    f"{PACKAGE}.{name}" for name in ("schedule", "config", "sizing", "stages", "allocation", "short_run")
+    PACKAGE, *(f"{PACKAGE}.{name}" for name in ("_checks", "_lazy", "_moved", "_tables", "grid", "contracts")),
+    *SCHEDULE_MODULES, f"{PACKAGE}.schedule.preview", f"{PACKAGE}.schedule.limits",
+    f"{PACKAGE}.fit", f"{PACKAGE}.fit.plan", f"{PACKAGE}.fit.meter",
+    f"{PACKAGE}.cli", f"{PACKAGE}.cli.schedule", f"{PACKAGE}.cli.renamed_options",
 }
 # They read the plan through `grid.GridPlan`; the schedule is one implementation of it.
 WITHOUT_SCHEDULE = {f"{PACKAGE}.data.sampler", f"{PACKAGE}.data.datamodule"}
@@ -135,7 +130,7 @@ def test_module_respects_its_layer(module):
             f"{module} must stay pure Python, imports {sorted(external)}"
         )
     if module not in LIGHTNING_LAYER:
-        lightning = {LIGHTNING_IMPORT, *(f"{PACKAGE}.{name}" for name in ("callback", "module", "cli"))} & _imports(module)
+        lightning = {LIGHTNING_IMPORT, *(f"{PACKAGE}.{name}" for name in ("callback", "module", "cli.commands"))} & _imports(module)
         assert not external & LIGHTNING_PACKAGES and not lightning, (
             f"{module} is below the Lightning layer but imports Lightning"
         )
@@ -145,12 +140,12 @@ def test_module_respects_its_layer(module):
 def test_the_static_reading_agrees_with_a_real_import():
     # The AST reading above must see what Python really does: check it on the two ends.
     code = (
-        "import sys; import lightning_multigrid.schedule, lightning_multigrid.models, lightning_multigrid.data.sampler; "
+        "import sys; import lightning_multigrid.schedule.build, lightning_multigrid.models, lightning_multigrid.data.sampler; "
         "print(sorted(m for m in ('torch', 'pytorch_lightning', 'lightning', 'pytorchvideo') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "['torch']"
-    code = "import sys; import lightning_multigrid.data.sampler; print('lightning_multigrid.schedule' in sys.modules)"
+    code = "import sys; import lightning_multigrid.data.sampler; print('lightning_multigrid.schedule.build' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
     assert "torch" in _external(f"{PACKAGE}.data.sampler")

@@ -233,7 +233,7 @@ def test_a_config_naming_lightning_pytorch_classes_fits(synthetic_dataset, tmp_p
 
 @BOTH
 def test_a_config_naming_both_packages_or_another_than_the_process_uses_is_one_line(tmp_path, capsys):
-    from lightning_multigrid.cli import main
+    from lightning_multigrid.cli.commands import main
 
     config = tmp_path / "config.yaml"
     config.write_text("trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelSummary\n")

@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
-from lightning_multigrid.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.lr import (
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
+from lightning_multigrid.schedule.lr import (
     BaselineLR,
     MultigridLR,
     Warmup,
@@ -20,7 +21,6 @@ from lightning_multigrid.lr import (
     find_warmup,
     search_warmup,
 )
-from lightning_multigrid.schedule import build_schedule
 
 
 def _optimizer(lr: float = 0.1) -> torch.optim.Optimizer:

@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from lightning_multigrid._lightning import pl
+from lightning_multigrid.fit.multiview import aggregate_views
 from lightning_multigrid.models import BACKBONES, TinyVideoNet
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.multiview import aggregate_views
 
 
 def trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:

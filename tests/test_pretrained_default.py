@@ -7,13 +7,13 @@ import pytest
 
 from lightning_multigrid import config as config_module
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.config import (
+from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.schedule.config import (
     DEFAULT_LONG_CYCLE_FACTORS,
     PRETRAINED_LONG_CYCLE_FACTORS,
     SHORT_RUN_BASELINE_STEPS,
     default_long_cycle_factors,
 )
-from lightning_multigrid.module import VideoClassifier
 
 from test_callback import MILESTONES, RecordingNet, fit, make_datamodule, train_manifest  # noqa: F401
 

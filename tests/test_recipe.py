@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from lightning_multigrid.recipe import OptimizerRecipe
+from lightning_multigrid.fit.recipe import OptimizerRecipe
 
 RECIPE = OptimizerRecipe(
     lr=0.2, optimizer="sgd", momentum=0.9, nesterov=True, weight_decay=1e-4, warmup_epochs=2,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_multigrid.cli import main
-from lightning_multigrid.renamed_options import RENAMED, renamed_hint
+from lightning_multigrid.cli.commands import main
+from lightning_multigrid.cli.renamed_options import RENAMED, renamed_hint
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -75,10 +75,10 @@ def test_every_new_key_exists():
     # Each new key is a field of today's grouped values, so the hint never sends a user to another dead key.
     from dataclasses import fields
 
-    from lightning_multigrid.config import ShortRun
     from lightning_multigrid.data.reader_settings import ReaderSettings
     from lightning_multigrid.data.synthetic import SyntheticData
     from lightning_multigrid.grid import EvalViews
+    from lightning_multigrid.schedule.config import ShortRun
 
     groups = {"data.synthetic": SyntheticData, "data.eval_views": EvalViews, "data.reader_settings": ReaderSettings,
               "multigrid.short_run": ShortRun}

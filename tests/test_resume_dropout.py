@@ -2,7 +2,7 @@
 checkpoint end with the uninterrupted run's weights, bit for bit on CPU (issue 41, item 3).
 
 Lightning saves no random state; ``MultigridCallback`` keeps every rank's in its checkpoint state
-(:mod:`lightning_multigrid.rng`). A real Trainer fits the tiny 3D CNN of ``VideoClassifier`` on real
+(:mod:`lightning_multigrid.fit.rng`). A real Trainer fits the tiny 3D CNN of ``VideoClassifier`` on real
 H.264 videos; the run is killed after a checkpoint and a new Trainer, model, callback and DataModule
 resume with ``ckpt_path="last"``.
 """
@@ -19,7 +19,7 @@ from test_resume import KillAfterEpoch, KillAfterStep
 from lightning_multigrid import VideoClassifier
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.rng import collect_rng_state, restore_rng_state
+from lightning_multigrid.fit.rng import collect_rng_state, restore_rng_state
 
 from test_callback import MAX_EPOCHS, make_datamodule
 from test_callback import train_manifest as train_manifest  # the module-scoped fixture

@@ -10,11 +10,11 @@ import warnings
 
 import pytest
 
-from lightning_multigrid.allocation import ShortScheduleWarning
-from lightning_multigrid.config import MultigridConfig, MultigridOptions, ShortRun
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule import build_schedule, grid_counts
-from lightning_multigrid.stages import BNPlan, plan_batchnorm
+from lightning_multigrid.schedule.allocation import ShortScheduleWarning
+from lightning_multigrid.schedule.build import build_schedule, grid_counts
+from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.schedule.stages import BNPlan, plan_batchnorm
 
 OPTION_NAMES = {f.name for f in dataclasses.fields(MultigridOptions)}
 
@@ -286,7 +286,7 @@ def test_stage_at_rejects_negative_epoch_and_clamps_past_end():
 
 def test_schedule_module_imports_no_torch():
     code = (
-        "import sys; import lightning_multigrid.schedule, lightning_multigrid.preview; "
+        "import sys; import lightning_multigrid.schedule.build, lightning_multigrid.schedule.preview; "
         "bad = [m for m in ('torch', 'pytorch_lightning', 'lightning', 'numpy') if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_multigrid.cli import main
+from lightning_multigrid.cli.commands import main
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "schedule_preview.json").read_text())
 

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.sizing import (
+from lightning_multigrid.schedule.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun
+from lightning_multigrid.schedule.sizing import (
     CostSizer,
     Equation1Sizer,
     StageBatches,

@@ -5,7 +5,7 @@ shape. A multigrid checkpoint resumed without an enabled ``MultigridCallback`` w
 base shape from a multigrid epoch and LR, and a mid-epoch checkpoint resumed at another base batch
 would skip the wrong number of clips: both are refused when the train loader is built, before the
 first step. (A baseline checkpoint resumed with the callback is refused by the callback:
-:mod:`lightning_multigrid.resume`.) No Lightning here.
+:mod:`lightning_multigrid.fit.resume`.) No Lightning here.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class FixedHeadPoolWarning(UserWarning):
 
 
 class _Grid(Protocol):
-    """What :func:`preflight` reads from a grid (:class:`~lightning_multigrid.schedule.GridShape`)."""
+    """What :func:`preflight` reads from a grid (:class:`~lightning_multigrid.schedule.build.GridShape`)."""
 
     @property
     def num_frames(self) -> int: ...

@@ -1,5 +1,5 @@
 """Module surgery: put :class:`~lightning_multigrid.norm.MultigridBatchNorm` into a model, take it
-out again, and set every layer's grouping from a :class:`~lightning_multigrid.stages.BNPlan`.
+out again, and set every layer's grouping from a :class:`~lightning_multigrid.schedule.stages.BNPlan`.
 
 Example::
 
@@ -18,7 +18,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from lightning_multigrid.norm.batchnorm import MultigridBatchNorm, check_grouping
 from lightning_multigrid.norm.groups import get_sync_group
-from lightning_multigrid.stages import BNPlan
+from lightning_multigrid.schedule.stages import BNPlan
 
 __all__ = ["apply_bn_plan", "convert_batchnorm", "revert_batchnorm"]
 

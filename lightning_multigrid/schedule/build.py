@@ -1,7 +1,7 @@
 """The multigrid schedule (Wu et al., CVPR 2020): pure Python, no torch.
 
 A schedule is built once from the baseline run's settings and the multigrid options
-(:class:`~lightning_multigrid.config.MultigridConfig`) and answers, for any 0-based epoch (and
+(:class:`~lightning_multigrid.schedule.config.MultigridConfig`) and answers, for any 0-based epoch (and
 iteration, for the short cycle), which grid to train on, with which learning-rate factor and
 which BatchNorm grouping. Everything here is plain numbers; the Lightning callback and the data
 module only read it.
@@ -15,10 +15,10 @@ Example::
     schedule.stage_at(0).shape         # GridShape(batch_size=64, num_frames=8, crop_size=158)
     schedule.grid_at(0, 0)             # GridShape(batch_size=128, num_frames=8, crop_size=112)
 
-Where the parts live: the options and the config in :mod:`~lightning_multigrid.config`, a stage
-(its grid, short cycle and BatchNorm plan) in :mod:`~lightning_multigrid.stages`, the paper's
-allocation of epochs in :mod:`~lightning_multigrid.allocation`, the short-run mode in
-:mod:`~lightning_multigrid.short_run`; this module holds the schedule value, its queries and
+Where the parts live: the options and the config in :mod:`~lightning_multigrid.schedule.config`, a stage
+(its grid, short cycle and BatchNorm plan) in :mod:`~lightning_multigrid.schedule.stages`, the paper's
+allocation of epochs in :mod:`~lightning_multigrid.schedule.allocation`, the short-run mode in
+:mod:`~lightning_multigrid.schedule.short_run`; this module holds the schedule value, its queries and
 :func:`build_schedule`, and re-exports the names users import from it. The grid facts
 (``GridShape``, ``ClipSampling``, ``count_batches``) live in :mod:`lightning_multigrid.grid`; a
 ``MultigridSchedule`` is a :class:`~lightning_multigrid.grid.GridPlan`.
@@ -30,8 +30,9 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
-from lightning_multigrid.allocation import ShortScheduleWarning, allocate_stages
-from lightning_multigrid.config import (
+from lightning_multigrid.grid import ClipSampling, GridShape, count_batches
+from lightning_multigrid.schedule.allocation import ShortScheduleWarning, allocate_stages
+from lightning_multigrid.schedule.config import (
     DEFAULT_LONG_CYCLE_FACTORS,
     DEFAULT_SHORT_CYCLE_FACTORS,
     PRETRAINED_LONG_CYCLE_FACTORS,
@@ -42,9 +43,8 @@ from lightning_multigrid.config import (
     check_milestones,
     default_long_cycle_factors,
 )
-from lightning_multigrid.grid import ClipSampling, GridShape, count_batches
-from lightning_multigrid.short_run import short_run_stages
-from lightning_multigrid.stages import BNPlan, Stage, plan_batchnorm
+from lightning_multigrid.schedule.short_run import short_run_stages
+from lightning_multigrid.schedule.stages import BNPlan, Stage, plan_batchnorm
 
 __all__ = [
     # Defined here.
@@ -234,8 +234,8 @@ def grid_counts(schedule: MultigridSchedule, dataset_size: int) -> tuple[GridCou
 def build_schedule(config: MultigridConfig) -> MultigridSchedule:
     """Build the multigrid schedule for ``config`` (DESIGN.md, section 1).
 
-    The short-run mode (:mod:`~lightning_multigrid.short_run`) when ``config.options.short_run``
-    is set, the paper's allocation (:mod:`~lightning_multigrid.allocation`) otherwise.
+    The short-run mode (:mod:`~lightning_multigrid.schedule.short_run`) when ``config.options.short_run``
+    is set, the paper's allocation (:mod:`~lightning_multigrid.schedule.allocation`) otherwise.
     Warns with :class:`ShortScheduleWarning` and drops the shortest long-cycle shapes when there
     are fewer epochs than shapes.
 

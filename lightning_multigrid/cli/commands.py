@@ -1,8 +1,8 @@
 """`lightning-multigrid`: the command line.
 
 ``fit``, ``validate`` and ``test`` are handed, untouched, to the LightningCLI in
-:mod:`lightning_multigrid.trainer_cli`, and ``schedule`` (a schedule's preview) lives in
-:mod:`lightning_multigrid.schedule_command`. The rest are this module's: ``check-data`` decodes every
+:mod:`lightning_multigrid.cli.trainer`, and ``schedule`` (a schedule's preview) lives in
+:mod:`lightning_multigrid.cli.schedule`. The rest are this module's: ``check-data`` decodes every
 video of a manifest, ``extract-frames`` writes frame folders, ``pack-frames`` a packed frame store,
 ``compare`` trains a config as the baseline and with multigrid, ``make-synthetic`` writes the demo
 dataset. They are registered in ``COMMANDS``, each with its argparse sub-parser and a
@@ -18,8 +18,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from lightning_multigrid._checks import as_flags, check_output_file, check_positive_int
+from lightning_multigrid.cli.schedule import add_schedule_arguments, run_schedule
 from lightning_multigrid.grid import DEFAULT_NUM_FRAMES, DEFAULT_SAMPLING_RATE
-from lightning_multigrid.schedule_command import add_schedule_arguments, run_schedule
 
 __all__ = ["main"]
 
@@ -289,7 +289,7 @@ def _add_compare_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_compare(args: argparse.Namespace) -> None:
-    from lightning_multigrid.compare import format_comparison, plot_curves, run_compare
+    from lightning_multigrid.cli.compare import format_comparison, plot_curves, run_compare
 
     if args.plot is not None:
         check_output_file("--plot", args.plot, figure=True, creates_folder=True)
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in LIGHTNING_COMMANDS:
         _choose_lightning_package(argv)
-        from lightning_multigrid.trainer_cli import run
+        from lightning_multigrid.cli.trainer import run
 
         run(argv if explicit else None)  # LightningCLI reads sys.argv itself
         return
@@ -422,6 +422,3 @@ def _refuse(message: str) -> None:
     print(message, file=sys.stderr)
     raise SystemExit(2)
 
-
-if __name__ == "__main__":
-    main()

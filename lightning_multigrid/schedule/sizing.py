@@ -1,10 +1,10 @@
 """How each grid's batch is sized (``batch_sizing``): Equation 1, or each grid's measured cost per clip.
 
 A sizer is one value, picked once from the options by
-:attr:`~lightning_multigrid.config.MultigridConfig.sizer`; the stage builder, the two allocations
+:attr:`~lightning_multigrid.schedule.config.MultigridConfig.sizer`; the stage builder, the two allocations
 and the preview ask it and never ask which one it is. :class:`Equation1Sizer` is the paper's
 (frames x pixels); :class:`CostSizer` reads each grid's measured cost per clip
-(:mod:`lightning_multigrid.cost` measures it). Pure Python, no torch.
+(:mod:`lightning_multigrid.schedule.cost` measures it). Pure Python, no torch.
 
 Example::
 
@@ -195,6 +195,6 @@ def _missing_cost(grid: tuple[int, int], method: str, costs: Mapping[tuple[int, 
     return ValueError(
         f"`clip_costs` has no cost for the {grid[0]} x {grid[1]} grid (frames x crop), which "
         f"`batch_sizing`={method!r} needs (measured: {measured}). Measure every grid "
-        "of `config.cost_grids()` (`lightning_multigrid.cost.measure_clip_costs`), or use "
+        "of `config.cost_grids()` (`lightning_multigrid.schedule.cost.measure_clip_costs`), or use "
         "`batch_sizing`='equation1'."
     )

@@ -38,7 +38,7 @@ from torch.optim.lr_scheduler import MultiStepLR, ReduceLROnPlateau, SequentialL
 from torch.utils.hooks import RemovableHandle
 
 from lightning_multigrid._internals import sequential_lr_parts
-from lightning_multigrid.schedule import MultigridSchedule
+from lightning_multigrid.schedule.build import MultigridSchedule
 
 __all__ = [
     "BaselineLR", "MultigridLR", "Warmup", "WarmupSearch", "baseline_epochs_worked", "check_schedulers", "find_milestones",

@@ -1,8 +1,8 @@
 """`lightning-multigrid schedule`: preview the multigrid schedule of a baseline run.
 
 Its arguments (the baseline run, the multigrid options with the defaults of
-:data:`~lightning_multigrid.config.DEFAULTS`, the output) and its handler, registered in
-:mod:`lightning_multigrid.cli`. Pure Python: the preview imports no torch.
+:data:`~lightning_multigrid.schedule.config.DEFAULTS`, the output) and its handler, registered in
+:mod:`lightning_multigrid.cli.commands`. Pure Python: the preview imports no torch.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import warnings
 from typing import get_args
 
 from lightning_multigrid._checks import as_flags, check_output_file
-from lightning_multigrid.config import (
+from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule.config import (
     DEFAULT_SHORT_RUN,
     DEFAULTS,
     BatchSizing,
@@ -24,8 +26,6 @@ from lightning_multigrid.config import (
     ShortRun,
     default_long_cycle_factors,
 )
-from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule import build_schedule
 
 __all__ = ["add_schedule_arguments", "run_schedule", "schedule_config", "schedule_options"]
 
@@ -150,7 +150,10 @@ def _with_clip_costs(config: MultigridConfig, cost_model: str | None) -> Multigr
     """``config`` with its grids' costs measured for ``--cost-model`` when batches are sized by cost."""
     if config.sizer.measure is None:
         return config
-    from lightning_multigrid.cost import implausible_costs_warning, measure_backbone_costs  # torch: only when asked for
+    from lightning_multigrid.schedule.cost import (  # torch: only when asked for
+        implausible_costs_warning,
+        measure_backbone_costs,
+    )
 
     assert cost_model is not None  # checked in run_schedule
     config = dataclasses.replace(config, clip_costs=measure_backbone_costs(config, cost_model))
@@ -168,7 +171,7 @@ def _as_flags(message: str) -> str:
 
 
 def run_schedule(args: argparse.Namespace) -> None:
-    from lightning_multigrid.preview import format_table, plot_schedule, schedule_to_dict
+    from lightning_multigrid.schedule.preview import format_table, plot_schedule, schedule_to_dict
 
     if args.plot:
         check_output_file("--plot", args.plot, figure=True)

@@ -1,13 +1,13 @@
 """The fit plan: everything a multigrid fit decides, once, from what the run says. Pure Python.
 
 ``MultigridCallback`` reads what the Trainer, the LightningModule, the DataModule and a resumed
-checkpoint say into one :class:`FitFacts`, in one place (:func:`~lightning_multigrid.fit_facts.read_fit`); then
+checkpoint say into one :class:`FitFacts`, in one place (:func:`~lightning_multigrid.fit.facts.read_fit`); then
 :func:`plan_fit` decides the rest from those facts and the callback's options: the warm-up rule and
-who chose it, the LR milestones, the long-cycle shapes, the :class:`~lightning_multigrid.config.MultigridConfig`
+who chose it, the LR milestones, the long-cycle shapes, the :class:`~lightning_multigrid.schedule.config.MultigridConfig`
 (or the checkpoint's, which a resume keeps or refuses), the Trainer limits mapped onto the multigrid
 run, the schedule and the summary. The callback only applies the :class:`FitPlan`. With batches
 sized by measured cost the plan names the grids to measure (:attr:`FitPlan.grids_to_measure`): the
-callback measures them (torch: :func:`~lightning_multigrid.fit_facts.with_measured_costs`) and hands
+callback measures them (torch: :func:`~lightning_multigrid.fit.facts.with_measured_costs`) and hands
 the costs in (:meth:`FitPlan.with_clip_costs`).
 """
 
@@ -20,14 +20,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lightning_multigrid.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun, default_long_cycle_factors
 from lightning_multigrid.grid import ClipSampling, GridShape
-from lightning_multigrid.limits import map_baseline_limits
-from lightning_multigrid.preview import format_table
-from lightning_multigrid.schedule import MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.build import MultigridSchedule, build_schedule
+from lightning_multigrid.schedule.config import (
+    ClipCost,
+    MultigridConfig,
+    MultigridOptions,
+    ShortRun,
+    default_long_cycle_factors,
+)
+from lightning_multigrid.schedule.limits import map_baseline_limits
+from lightning_multigrid.schedule.preview import format_table
 
 if TYPE_CHECKING:
-    from lightning_multigrid.lr import WarmupSearch
+    from lightning_multigrid.schedule.lr import WarmupSearch
 
 __all__ = [
     "FitFacts", "FitPlan", "PretrainedChoice", "check_same_base", "check_same_length", "choose_milestones",
@@ -63,7 +69,7 @@ class FitFacts:
             ``None`` when not read: reading may build the train loader, so only where
             :func:`needs_baseline_length` says.
         scheduler_milestones: the LR milestones found in the user's ``MultiStepLR``/``StepLR``
-            (:func:`~lightning_multigrid.lr.find_milestones`, at :attr:`steps_per_epoch`).
+            (:func:`~lightning_multigrid.schedule.lr.find_milestones`, at :attr:`steps_per_epoch`).
     """
 
     base: GridShape
@@ -114,7 +120,7 @@ class FitPlan:
         config: what the schedule is built from (a resumed checkpoint's, on resume).
         pretrained: the warm-up rule's choice.
         limits: Trainer settings given for the baseline, mapped onto the multigrid run
-            (:func:`~lightning_multigrid.limits.map_baseline_limits`).
+            (:func:`~lightning_multigrid.schedule.limits.map_baseline_limits`).
         schedule: the schedule; ``None`` until the costs of :attr:`grids_to_measure` are in.
         notes: what the decisions have to tell the user (logged as information).
     """
@@ -196,7 +202,7 @@ def plan_fit(
         milestones: the callback's ``milestones`` (``None``: the module's or the schedulers', see
             :func:`choose_milestones`).
         long_cycle_factors_given: the user named the long-cycle shapes; otherwise they are the
-            default for the run (:func:`~lightning_multigrid.config.default_long_cycle_factors`).
+            default for the run (:func:`~lightning_multigrid.schedule.config.default_long_cycle_factors`).
 
     Raises:
         ValueError: for what cannot train: ``max_steps`` ending the baseline early, a resume that
@@ -292,7 +298,7 @@ def short_run_option(short_run: bool | ShortRun | None) -> ShortRun | None:
     """The callback's ``short_run`` as the options hold it: ``True`` is the mode with its defaults.
 
     Raises:
-        ValueError: for anything else than a bool, ``None`` or a :class:`~lightning_multigrid.config.ShortRun`.
+        ValueError: for anything else than a bool, ``None`` or a :class:`~lightning_multigrid.schedule.config.ShortRun`.
     """
     if short_run is None or isinstance(short_run, ShortRun):
         return short_run

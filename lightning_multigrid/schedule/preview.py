@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_multigrid._tables import table_lines
-from lightning_multigrid.config import SHORT_RUN_BASELINE_STEPS, MultigridConfig
-from lightning_multigrid.limits import limited_iterations
-from lightning_multigrid.schedule import GridCount, MultigridSchedule, grid_counts
-from lightning_multigrid.stages import build_stage
+from lightning_multigrid.schedule.build import GridCount, MultigridSchedule, grid_counts
+from lightning_multigrid.schedule.config import SHORT_RUN_BASELINE_STEPS, MultigridConfig
+from lightning_multigrid.schedule.limits import limited_iterations
+from lightning_multigrid.schedule.stages import build_stage
 
 __all__ = [
     "FULL_GRID_MIN_ITERATIONS",
@@ -338,7 +338,7 @@ def format_table(
     ``dataset_size``, the last line says how to get those: ``size_hint``, as the caller's user gives the size.
     With ``dataset_size`` and a Trainer's ``limit_train_batches`` other than 1.0 (a fraction, or a number of
     batches), the counts above stay those of full epochs, said so, and a last line gives the iterations of
-    the run that trains part of each epoch (:func:`~lightning_multigrid.limits.limited_iterations`).
+    the run that trains part of each epoch (:func:`~lightning_multigrid.schedule.limits.limited_iterations`).
     """
     header = ("epochs", "LR stage", "rel. LR", "batch x frames x crop", "short cycle (batch@crop)", "BN", "stride")
     rows = [header]

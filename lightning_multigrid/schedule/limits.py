@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightning_multigrid.schedule import MultigridSchedule
+    from lightning_multigrid.schedule.build import MultigridSchedule
 
 __all__ = ["check_val_interval", "limited_batches", "limited_iterations", "map_baseline_limits"]
 

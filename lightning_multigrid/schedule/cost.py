@@ -3,8 +3,8 @@
 Equation 1 assumes a clip's cost grows with frames x pixels; attention does not, and hardware runs
 some grids slower per FLOP (on CPU a 3D CNN's 2-frame grids cost 1.9x per FLOP, docs/benchmarks.md).
 :func:`measure_clip_costs` runs the model on each grid and hands the schedule plain numbers
-(:class:`~lightning_multigrid.config.ClipCost`), from which the config's
-:class:`~lightning_multigrid.sizing.CostSizer` sizes each grid's batch:
+(:class:`~lightning_multigrid.schedule.config.ClipCost`), from which the config's
+:class:`~lightning_multigrid.schedule.sizing.CostSizer` sizes each grid's batch:
 
 - ``"flops"``: the FLOPs of one forward + backward (``torch.utils.flop_counter.FlopCounterMode``),
   per clip. Deterministic: every rank and every run count the same.
@@ -34,10 +34,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from lightning_multigrid._checks import check_positive_int
-from lightning_multigrid.config import ClipCost, MultigridConfig
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models.pathways import slowfast_pathways
-from lightning_multigrid.sizing import cost_sized_batch
+from lightning_multigrid.schedule.config import ClipCost, MultigridConfig
+from lightning_multigrid.schedule.sizing import cost_sized_batch
 
 __all__ = [
     "FLOP_BATCH_SIZE", "fastest_seconds", "implausible_costs_warning", "measure_backbone_costs", "measure_clip_costs",
@@ -68,7 +68,7 @@ def measure_clip_costs(
         model: maps ``(N, C, T, H, W)`` clips (``[slow, fast]`` with ``slowfast_alpha``) to a tensor;
             left as it was (see the module's docstring).
         grids: the grids to measure, the base grid first, e.g.
-            :meth:`~lightning_multigrid.config.MultigridConfig.cost_grids`; ``"time"`` runs each at its
+            :meth:`~lightning_multigrid.schedule.config.MultigridConfig.cost_grids`; ``"time"`` runs each at its
             ``batch_size``, then the others again at the batch sized from that cost;
             ``"flops"`` runs each at :data:`FLOP_BATCH_SIZE` clips. A ``(num_frames, crop_size)`` is
             measured once.
@@ -83,7 +83,7 @@ def measure_clip_costs(
             measures a CPU model on one thread without the time other processes take.
 
     Returns:
-        One :class:`~lightning_multigrid.config.ClipCost` per distinct grid, in order: FLOPs or
+        One :class:`~lightning_multigrid.schedule.config.ClipCost` per distinct grid, in order: FLOPs or
         seconds per clip.
 
     Raises:

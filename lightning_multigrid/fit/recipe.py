@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LinearLR, LRScheduler, MultiStepLR, SequentialLR
 
 from lightning_multigrid._checks import check_int, check_positive_number
-from lightning_multigrid.config import check_milestones
+from lightning_multigrid.schedule.config import check_milestones
 
 __all__ = ["NO_DECAY_NAMES", "OPTIMIZERS", "OptimizerRecipe", "check_same_optimizer", "decays"]
 

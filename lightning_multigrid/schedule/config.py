@@ -4,8 +4,8 @@
 command's), each default written once here (:data:`DEFAULTS`); it checks itself on construction.
 :class:`MultigridConfig` holds them whole beside the baseline run's settings (base grid, epochs,
 milestones, devices) and picks the batch sizing once (:attr:`MultigridConfig.sizer`: Equation 1, or
-each grid's measured cost per clip, :class:`ClipCost`; the sizing is :mod:`lightning_multigrid.sizing`'s, the
-measuring :mod:`lightning_multigrid.cost`'s). Pure Python, no torch.
+each grid's measured cost per clip, :class:`ClipCost`; the sizing is :mod:`lightning_multigrid.schedule.sizing`'s, the
+measuring :mod:`lightning_multigrid.schedule.cost`'s). Pure Python, no torch.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from lightning_multigrid._checks import check_bool, check_instance, check_positive_int, check_positive_number, is_number
 from lightning_multigrid.grid import ClipSampling, GridShape
-from lightning_multigrid.sizing import BatchSizer, CostSizer, Equation1Sizer, cost_sized_batch, scaled_size
+from lightning_multigrid.schedule.sizing import BatchSizer, CostSizer, Equation1Sizer, cost_sized_batch, scaled_size
 
 __all__ = [
     "BatchSizing",
@@ -141,7 +141,7 @@ class MultigridOptions:
             stay at the baseline's milestones (the user's LR schedule maps one to one). The short
             cycle, ``epoch_factor`` and the fine-tuning phase are not used.
         pretrained: whether the model starts from pretrained weights, which picks the warm-up rule
-            (:class:`~lightning_multigrid.lr.MultigridLR`'s ``warmup_in_steps``: the pretrained rule
+            (:class:`~lightning_multigrid.schedule.lr.MultigridLR`'s ``warmup_in_steps``: the pretrained rule
             ramps over the warm-up's share of the baseline timeline, the from-scratch rule over its
             optimizer steps) and the default long-cycle shapes of a short run. ``None``: the
             LightningModule says (a ``pretrained`` attribute,
@@ -373,8 +373,8 @@ class MultigridConfig:
 
     @property
     def sizer(self) -> BatchSizer:
-        """How each grid's batch is sized (``options.batch_sizing``): :class:`~lightning_multigrid.sizing.Equation1Sizer`,
-        or :class:`~lightning_multigrid.sizing.CostSizer` over ``clip_costs``."""
+        """How each grid's batch is sized (``options.batch_sizing``): :class:`~lightning_multigrid.schedule.sizing.Equation1Sizer`,
+        or :class:`~lightning_multigrid.schedule.sizing.CostSizer` over ``clip_costs``."""
         return self._sizer
 
     @property
@@ -440,7 +440,7 @@ class MultigridConfig:
 
     def sized_batch(self, num_frames: int, crop_size: int) -> int:
         """Clips per device so an iteration of a grid costs what a base iteration costs, by measured cost
-        (:func:`~lightning_multigrid.sizing.cost_sized_batch`: ``round(B / relative_cost)``, at least 1)."""
+        (:func:`~lightning_multigrid.schedule.sizing.cost_sized_batch`: ``round(B / relative_cost)``, at least 1)."""
         return cost_sized_batch(self.batch_size, self.relative_cost(num_frames, crop_size))
 
     def short_cycle_crops(self) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""The short-run mode (:class:`~lightning_multigrid.config.ShortRun`): coarse grids first, then the full grid.
+"""The short-run mode (:class:`~lightning_multigrid.schedule.config.ShortRun`): coarse grids first, then the full grid.
 
 For runs of a few thousand iterations, below multigrid's published regime: the coarse grids of
 ``long_cycle_factors`` at (about) the base batch for at most ``coarse_share`` of the baseline's
@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import math
 
-from lightning_multigrid.config import MultigridConfig, ShortRun
-from lightning_multigrid.stages import Stage, build_stage
+from lightning_multigrid.schedule.config import MultigridConfig, ShortRun
+from lightning_multigrid.schedule.stages import Stage, build_stage
 
 __all__ = ["short_run_stages"]
 

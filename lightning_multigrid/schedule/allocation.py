@@ -13,9 +13,9 @@ import warnings
 from dataclasses import dataclass
 from functools import partial
 
-from lightning_multigrid.config import MultigridConfig
-from lightning_multigrid.meter import format_grid
-from lightning_multigrid.stages import Stage, batchnorm_groups, build_stage
+from lightning_multigrid.fit.meter import format_grid
+from lightning_multigrid.schedule.config import MultigridConfig
+from lightning_multigrid.schedule.stages import Stage, batchnorm_groups, build_stage
 
 __all__ = ["ShortScheduleWarning", "allocate_stages"]
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from lightning_multigrid._lightning import RANK_ZERO_LOGGERS, LightningCLI, MisconfigurationException, pl
 from lightning_multigrid.callback import MultigridCallback
+from lightning_multigrid.cli.renamed_options import renamed_hint
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.renamed_options import renamed_hint
 
 __all__ = [
     "DEFAULT_ROOT_DIR", "MultigridCLI", "SettingsError", "build_cli", "check_fit_starts", "default_loggers", "package_notes",

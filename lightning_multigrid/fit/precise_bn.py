@@ -16,7 +16,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.contracts import PreciseBNDataModule
 from lightning_multigrid.norm import apply_bn_plan
-from lightning_multigrid.stages import BNPlan
+from lightning_multigrid.schedule.stages import BNPlan
 
 __all__ = ["PreciseBN", "update_bn_stats"]
 

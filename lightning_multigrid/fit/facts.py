@@ -1,8 +1,8 @@
 """The run's side of a fit plan: what ``MultigridCallback`` reads from the Trainer, the module and the DataModule.
 
 :func:`check_trainer` refuses in ``setup`` what cannot train multigrid; :func:`read_fit` reads, in
-one place, everything :func:`~lightning_multigrid.fit_plan.plan_fit` decides from
-(:class:`~lightning_multigrid.fit_plan.FitFacts`); :func:`with_measured_costs` measures the grids
+one place, everything :func:`~lightning_multigrid.fit.plan.plan_fit` decides from
+(:class:`~lightning_multigrid.fit.plan.FitFacts`); :func:`with_measured_costs` measures the grids
 the plan names, and :func:`preflight_grids` checks the model takes them. Deciding is the plan's job.
 """
 
@@ -16,7 +16,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from lightning_multigrid._internals import ensure_train_loader, max_epochs_filled_in
 from lightning_multigrid._lightning import either_package, pl, rank_zero_info, rank_zero_warn
-from lightning_multigrid.config import MultigridOptions
 from lightning_multigrid.contracts import (
     GridDataModule,
     MilestonesModule,
@@ -26,11 +25,12 @@ from lightning_multigrid.contracts import (
     PretrainedModule,
     SizedDataModule,
 )
-from lightning_multigrid.fit_plan import FitFacts, FitPlan, needs_baseline_length
+from lightning_multigrid.fit.plan import FitFacts, FitPlan, needs_baseline_length
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.limits import check_val_interval
-from lightning_multigrid.lr import find_milestones
 from lightning_multigrid.plugins import check_no_torch_sync_batchnorm
+from lightning_multigrid.schedule.config import MultigridOptions
+from lightning_multigrid.schedule.limits import check_val_interval
+from lightning_multigrid.schedule.lr import find_milestones
 
 __all__ = ["check_trainer", "preflight_grids", "read_fit", "with_measured_costs"]
 
@@ -71,7 +71,7 @@ def read_fit(
     """What the plan needs from the Trainer, the module, the DataModule and a resumed checkpoint.
 
     Called after ``configure_optimizers``, so the user's schedulers exist and describe the baseline.
-    The baseline's batches per epoch are read only where :func:`~lightning_multigrid.fit_plan.needs_baseline_length`
+    The baseline's batches per epoch are read only where :func:`~lightning_multigrid.fit.plan.needs_baseline_length`
     says, as reading them may build the train loader.
 
     Args:
@@ -110,13 +110,13 @@ def read_fit(
 
 
 def with_measured_costs(trainer: pl.Trainer, pl_module: pl.LightningModule, plan: FitPlan, *, preflight: bool) -> FitPlan:
-    """``plan`` with each grid of its ``grids_to_measure`` measured (:func:`~lightning_multigrid.cost.measure_clip_costs`):
+    """``plan`` with each grid of its ``grids_to_measure`` measured (:func:`~lightning_multigrid.schedule.cost.measure_clip_costs`):
     rank 0's costs, so every rank builds the same schedule. With ``preflight``, the model is checked on the grids first.
     ``plan`` itself when it names none (batches by Equation 1, or a resume, which has the checkpoint's costs)."""
     grids = plan.grids_to_measure
     if not grids:
         return plan
-    from lightning_multigrid.cost import implausible_costs_warning, measure_clip_costs
+    from lightning_multigrid.schedule.cost import implausible_costs_warning, measure_clip_costs
 
     datamodule = trainer.datamodule
     if preflight:  # a grid the model cannot take fails here with the layer named, not while measuring

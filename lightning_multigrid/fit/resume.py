@@ -10,7 +10,7 @@ batch, or at its end. What cannot continue exactly is refused:
   reverse is refused by ``MultigridVideoDataModule``, which knows what it served);
 - a mid-epoch checkpoint with a train loader that would replay the epoch's first batches;
 - what the checkpoint's schedule rules out, refused by the fit's plan
-  (:mod:`lightning_multigrid.fit_plan`): another baseline ``max_epochs``, base shape or clip
+  (:mod:`lightning_multigrid.fit.plan`): another baseline ``max_epochs``, base shape or clip
   sampling than the checkpoint's, or ``MultigridCallback(pretrained=...)`` asking for the other
   warm-up rule.
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_multigrid._internals import finish_epoch_saved_at_its_last_batch, iterations_done_in_epoch
 from lightning_multigrid.data.sampler import ShortCycleBatchSampler
-from lightning_multigrid.rng import EpochBoundaryRNG
+from lightning_multigrid.fit.rng import EpochBoundaryRNG
 
 if TYPE_CHECKING:
     from lightning_multigrid._lightning import pl
@@ -36,7 +36,7 @@ __all__ = ["restore_rng", "resume_iteration", "start_resumed_fit"]
 
 _SAMPLER_FIX = (
     "ShortCycleBatchSampler(sampler, plan, start_epoch=self.trainer.current_epoch, "
-    "start_iteration=resume_iteration(self.trainer))` (`from lightning_multigrid.resume import resume_iteration`)"
+    "start_iteration=resume_iteration(self.trainer))` (`from lightning_multigrid.fit.resume import resume_iteration`)"
 )
 
 

@@ -27,7 +27,7 @@ from lightning_multigrid._lightning import pl
 from lightning_multigrid._tables import table_lines
 
 if TYPE_CHECKING:
-    from lightning_multigrid.trainer_cli import MultigridCLI
+    from lightning_multigrid.cli.trainer import MultigridCLI
 
 __all__ = [
     "Comparison", "RunResult", "TrainingClock", "format_comparison", "keep_a_batch_per_epoch", "plot_curves", "run_compare",
@@ -178,7 +178,7 @@ def run_compare(
         overrides += ["--trainer.limit_train_batches", str(limit_train_batches)]
     if run_dir is not None:
         overrides += ["--trainer.default_root_dir", str(run_dir)]
-    from lightning_multigrid.trainer_cli import quiet_lightning
+    from lightning_multigrid.cli.trainer import quiet_lightning
 
     def prepare(cli: MultigridCLI) -> None:
         if limit_train_batches is not None:
@@ -216,7 +216,7 @@ def keep_a_batch_per_epoch(trainer: pl.Trainer, datamodule: pl.LightningDataModu
 
 def _check_multigrid_starts(args: list[str], prepare: Callable[[MultigridCLI], None]) -> None:
     """Refuse, before the baseline trains, settings on which the multigrid run would fail at its start."""
-    from lightning_multigrid.trainer_cli import check_fit_starts
+    from lightning_multigrid.cli.trainer import check_fit_starts
 
     try:
         check_fit_starts(args, prepare)
@@ -231,7 +231,7 @@ def _run_one(
     name: str, args: list[str], report: Callable[[str], None] | None, prepare: Callable[[MultigridCLI], None],
 ) -> tuple[RunResult, Path]:
     """One run of the comparison, and its ``trainer.default_root_dir``."""
-    from lightning_multigrid.trainer_cli import build_cli
+    from lightning_multigrid.cli.trainer import build_cli
 
     cli = build_cli(args, save_config_kwargs={"overwrite": True}, log_name=name)
     prepare(cli)

@@ -1,6 +1,6 @@
 """One stage of a multigrid schedule: its grid (batches from the config's sizer), short cycle and BatchNorm grouping.
 
-Both builders (:mod:`~lightning_multigrid.allocation`, the paper's; :mod:`~lightning_multigrid.short_run`)
+Both builders (:mod:`~lightning_multigrid.schedule.allocation`, the paper's; :mod:`~lightning_multigrid.schedule.short_run`)
 decide which long-cycle shape runs over which epochs and LR stage; :func:`build_stage` turns that
 into a :class:`Stage`. Pure Python, no torch.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
-from lightning_multigrid.config import MultigridConfig
 from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule.config import MultigridConfig
 
 __all__ = ["BNPlan", "Stage", "batchnorm_groups", "build_stage", "plan_batchnorm"]
 
@@ -112,7 +112,7 @@ def build_stage(
         fine_tuning: the stage is (a half of) the fine-tuning phase.
 
     The batches, the short cycle's too, are the config's sizer's
-    (:class:`~lightning_multigrid.sizing.BatchSizer`: Equation 1, or each grid's measured cost), the
+    (:class:`~lightning_multigrid.schedule.sizing.BatchSizer`: Equation 1, or each grid's measured cost), the
     batch growth capped by the short-run mode; the LR factor and the BatchNorm grouping follow the
     long-cycle batch.
     """

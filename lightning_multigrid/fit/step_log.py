@@ -6,7 +6,7 @@ first step of every stage (a new long-cycle shape, LR factor or BatchNorm plan),
 to the loggers, so a change never waits for the next logging step. Between them nothing is
 computed: the grid of any step is ``schedule.grid_at(epoch, batch_idx)``. ``multigrid/lr`` is
 the LR the logged step trained with; ``multigrid/data_wait`` the share of the iterations since the
-previous logging step spent waiting for data (:mod:`~lightning_multigrid.meter`).
+previous logging step spent waiting for data (:mod:`~lightning_multigrid.fit.meter`).
 
 ``multigrid/skipped_videos`` counts each skipped video once over all ranks: every rank keeps the
 paths it skipped, and at logging steps and epoch ends the ranks exchange the paths new since the
@@ -24,10 +24,10 @@ import torch.distributed as dist
 from lightning_multigrid._internals import is_logging_step, logger_step
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.contracts import SkipCountingDataModule
-from lightning_multigrid.lr import MultigridLR
-from lightning_multigrid.meter import DataWaitMeter
-from lightning_multigrid.schedule import MultigridSchedule
-from lightning_multigrid.stages import Stage
+from lightning_multigrid.fit.meter import DataWaitMeter
+from lightning_multigrid.schedule.build import MultigridSchedule
+from lightning_multigrid.schedule.lr import MultigridLR
+from lightning_multigrid.schedule.stages import Stage
 
 __all__ = ["StepLog"]
 
