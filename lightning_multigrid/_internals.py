@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.optim.lr_scheduler import LRScheduler, SequentialLR
 
-if TYPE_CHECKING:  # Lightning only in annotations: `lr.py`, below the Lightning layer, imports this module
+if TYPE_CHECKING:  # Lightning only in annotations: `schedule/lr.py`, below the Lightning layer, imports this module
     from lightning_multigrid._lightning import pl
 
 __all__ = [

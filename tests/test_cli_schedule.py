@@ -202,8 +202,8 @@ def test_long_cycle_factors_option():
 
 
 def test_pretrained_short_run_takes_the_pretrained_default(monkeypatch, capsys):
-    from lightning_multigrid import config
     from lightning_multigrid.cli.commands import main
+    from lightning_multigrid.schedule import config
 
     monkeypatch.setattr(config, "PRETRAINED_LONG_CYCLE_FACTORS", ((0.5, 1.0), (1.0, 1.0)))
     short = "--batch-size 8 --num-frames 16 --crop-size 112 --max-epochs 24 --milestones 18 21 --format json".split()

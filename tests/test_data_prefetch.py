@@ -217,7 +217,9 @@ def test_a_fit_trains_on_batches_decoded_ahead_and_leaves_no_thread_or_worker(
     steps_per_epoch = limit_train_batches or 2  # 4 videos, 2 clips a batch
     assert [shape for shape, _, _ in model.steps] == [(2, 3, 4, 32, 32)] * 2 * steps_per_epoch
     assert all(dtype == torch.float32 for _, dtype, _ in model.steps)  # decoded, then normalised
-    assert all(alive for _, _, alive in model.steps)  # the thread was decoding the next batches
+    # The first epoch's steps ran while the thread decoded the next batches. The last epoch's may all have
+    # been decoded while the epoch before ended (decode-ahead across the boundary), by a thread gone since.
+    assert all(alive for _, _, alive in model.steps[:steps_per_epoch])
     if limit_train_batches is None:  # every video was drawn: the damaged one was skipped, named and counted
         assert datamodule.skipped_video_paths == (str(tmp_path / "bad"),)
     assert not decode_threads()

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from lightning_multigrid import fit_plan
+from lightning_multigrid.fit import plan as fit_plan
 from lightning_multigrid.fit.plan import (
     FitFacts,
     PretrainedChoice,

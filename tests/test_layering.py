@@ -34,7 +34,7 @@ LIGHTNING_LAYER = {
     f"{PACKAGE}.memory_format",
     f"{PACKAGE}.module",
     f"{PACKAGE}.plugins",
-    *(f"{PACKAGE}.cli.{name}" for name in ("commands", "compare", "trainer")),
+    *(f"{PACKAGE}.cli.{name}" for name in ("__main__", "commands", "compare", "trainer")),
     *(f"{PACKAGE}.fit.{name}" for name in ("facts", "precise_bn", "step_log")),
 }
 # The schedule's room: the options and config, the batch sizing, a stage, the two builders, the schedule value.

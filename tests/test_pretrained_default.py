@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from lightning_multigrid import config as config_module
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.module import VideoClassifier
+from lightning_multigrid.schedule import config as config_module
 from lightning_multigrid.schedule.config import (
     DEFAULT_LONG_CYCLE_FACTORS,
     PRETRAINED_LONG_CYCLE_FACTORS,
