@@ -135,8 +135,7 @@ class MultigridCallback(Callback):
 
     @property
     def _manages_batchnorm(self) -> bool:
-        # Without the long cycle the batch never changes: the model's BatchNorm stays as it is (DESIGN.md section 1).
-        return self.convert_batchnorm and self.options.long_cycle
+        return self.options.manages_batchnorm(self.convert_batchnorm)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -171,7 +170,7 @@ class MultigridCallback(Callback):
         drop_train_loader(trainer)  # one built before now serves the baseline grid
         self._unwatch_fetches = watch_train_fetches(trainer, self._meter.fetch_start)
         if trainer.world_size > 1 and self._manages_batchnorm:
-            create_sync_groups(s.bn.group_size for s in schedule.stages if s.bn.mode == "sync")
+            create_sync_groups(schedule.sync_group_sizes())
         if self.manage_lr:
             self._lr = MultigridLR.for_optimizers(
                 schedule, trainer.optimizers, trainer.lr_scheduler_configs, plan.steps_per_epoch,
@@ -242,8 +241,7 @@ class MultigridCallback(Callback):
             return
         if self._log is not None:
             self._log.at_epoch_end(trainer)
-        epoch = trainer.current_epoch
-        changes = self.schedule.cycle_at(epoch) != self.schedule.cycle_at(epoch + 1)
+        changes = self.schedule.grids_change_after(trainer.current_epoch)
         self._change(trainer, "reload_dataloaders_every_n_epochs", 1 if changes else 0)
 
     @override

@@ -560,3 +560,21 @@ def test_config_from_an_old_checkpoint():
     restored = MultigridConfig.from_dict(old)
     assert restored == MultigridConfig(**KINETICS)
     assert restored.sampling_rate == 2 and isinstance(restored.sampling_rate, int)
+
+
+def test_where_the_grids_change_and_which_ranks_sync_batchnorm() -> None:
+    # Stages start at epochs 0, 7, 10, 13: 64 x 4 x 158, 32 x 8 x 158, 16 x 8 x 224, 8 x 16 x 224.
+    schedule = build_schedule(MultigridConfig(GridShape(8, 16, 224), max_epochs=10))
+    assert [epoch for epoch in range(15) if schedule.grids_change_after(epoch)] == [6, 9, 12]
+    assert schedule.sync_group_sizes() == ()  # 8 clips per device: BatchNorm never needs other ranks
+    # 2 clips per device, bn_base_size 8, 4 devices: 4 x 8 x 224 syncs pairs of ranks, the base shape all 4.
+    small = build_schedule(MultigridConfig(GridShape(2, 16, 224), max_epochs=10, devices=4))
+    assert [stage.bn.mode for stage in small.stages] == ["split", "plain", "sync", "sync"]
+    assert small.sync_group_sizes() == (2, 4)
+
+
+@pytest.mark.parametrize(
+    ("long_cycle", "convert_batchnorm", "manages"), [(True, True, True), (True, False, False), (False, True, False)]
+)
+def test_batchnorm_is_managed_with_the_long_cycle_only(long_cycle: bool, convert_batchnorm: bool, manages: bool) -> None:
+    assert MultigridOptions(long_cycle=long_cycle).manages_batchnorm(convert_batchnorm) is manages

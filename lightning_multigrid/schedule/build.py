@@ -189,6 +189,15 @@ class MultigridSchedule:
         stage = self.stage_at(epoch)
         return stage.short_cycle or (stage.shape,)
 
+    def grids_change_after(self, epoch: int) -> bool:
+        """Whether ``epoch + 1`` iterates other grids than ``epoch`` (a new long-cycle shape, or the short cycle
+        that a fine-tuning phase drops): where a train loader must be built again."""
+        return self.cycle_at(epoch) != self.cycle_at(epoch + 1)
+
+    def sync_group_sizes(self) -> tuple[int, ...]:
+        """The rank counts whose BatchNorm statistics are synchronised in some stage (``BNPlan`` mode "sync")."""
+        return tuple(stage.bn.group_size for stage in self.stages if stage.bn.mode == "sync")
+
     def total_iterations(self, dataset_size: int) -> int:
         """Iterations per device over the whole multigrid run."""
         return sum(s.num_epochs * self.iterations_in_epoch(s.start_epoch, dataset_size) for s in self.stages)

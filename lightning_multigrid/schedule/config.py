@@ -216,6 +216,11 @@ class MultigridOptions:
         """The cap on a grid's batch growth (= its LR factor): the short-run mode's; ``None`` (none) without it."""
         return None if self.short_run is None else self.short_run.max_lr_factor
 
+    def manages_batchnorm(self, convert_batchnorm: bool) -> bool:
+        """Whether the callback sets BatchNorm's grouping: with the long cycle only (without it the batch never
+        changes and the model's BatchNorm stays as it is, DESIGN.md section 1), unless ``convert_batchnorm=False``."""
+        return convert_batchnorm and self.long_cycle
+
     def to_dict(self) -> dict[str, Any]:
         """The options as plain values (``short_run`` a dict or ``None``), as checkpoints store them."""
         return asdict(self)

@@ -348,7 +348,7 @@ def format_table(
         bn = {"plain": "plain", "split": f"split {stage.bn.num_splits}", "sync": f"sync {stage.bn.group_size}"}
         if not has_batchnorm:
             bn = dict.fromkeys(bn, "none")
-        elif not (schedule.config.options.long_cycle and convert_batchnorm):
+        elif not schedule.config.options.manages_batchnorm(convert_batchnorm):
             bn = dict.fromkeys(bn, "model's own")  # training leaves the model's BatchNorm as it is
         low, high = stage.sampling_rate
         rows.append(
