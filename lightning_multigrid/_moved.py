@@ -1,6 +1,7 @@
 """Modules that moved into the package's rooms, importable by their old paths.
 
-``lightning_multigrid.config`` is ``lightning_multigrid.schedule.config`` now, and so on (:data:`MOVED`).
+``lightning_multigrid.config`` is ``lightning_multigrid.schedule.config`` now, and so on (:data:`MOVED`;
+``ReaderSettings``' module moved above ``data/decoding/``, as it builds the store's reader too).
 A finder on ``sys.meta_path`` answers an old path with the module at its new one: the same module
 object, so a class imported either way is the same class, and code or configs written against the
 old paths keep working.
@@ -41,6 +42,7 @@ MOVED = {
         "compare": "cli.compare",
         "schedule_command": "cli.schedule",
         "renamed_options": "cli.renamed_options",
+        "data.decoding.settings": "data.reader_settings",
     }.items()
 }
 
