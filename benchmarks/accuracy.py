@@ -117,7 +117,7 @@ from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.grid import ClipSampling, GridShape
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.schedule.build import grid_counts
+from lightning_multigrid.schedule import grid_counts
 
 TASKS: dict[str, int] = {"coarse": 8, "fine": 2}  # name -> texture cell in pixels
 

@@ -103,7 +103,7 @@ from harness import Report, Setup, environment, grid_rows, markdown_head, markdo
 
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.reader_settings import ReaderSettings
-from lightning_multigrid.schedule.build import GridShape, MultigridSchedule
+from lightning_multigrid.schedule import GridShape, MultigridSchedule
 
 FULL = Setup(
     device="cuda", backbone="r3d_18", transformer="swin3d_t", precision="bf16-mixed", base=GridShape(8, 16, 112),

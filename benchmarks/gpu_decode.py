@@ -26,7 +26,7 @@ from lightning_multigrid.data.decoding.device import (
 from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.transfer import BatchTransfer, normalize_video
-from lightning_multigrid.schedule.build import MultigridSchedule
+from lightning_multigrid.schedule import MultigridSchedule
 
 # The best public batched nvjpeg figure the issue compares with (one A100).
 PUBLIC_NVJPEG_GPX_S = 2.9

@@ -15,7 +15,7 @@ from train import run as train_run
 
 from lightning_multigrid.data.synthetic import generate_synthetic_dataset
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.schedule.build import MultigridConfig, build_schedule, grid_counts
+from lightning_multigrid.schedule import MultigridConfig, build_schedule, grid_counts
 
 # An end-to-end section: (source, how the frames are decoded, batches decoded ahead).
 END_TO_END = {

@@ -26,7 +26,7 @@ from lightning_multigrid.data.prefetch import DecodeAhead
 from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.transfer import BatchTransfer
-from lightning_multigrid.schedule.build import MultigridSchedule
+from lightning_multigrid.schedule import MultigridSchedule
 
 
 def loader_rate(dataset: Any, grid: Grid, setup: Setup, mode: str = "consume") -> float:

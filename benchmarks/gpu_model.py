@@ -18,7 +18,7 @@ from harness import Setup, synchronize
 
 from lightning_multigrid.module import VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
-from lightning_multigrid.schedule.build import BNPlan, GridShape, MultigridSchedule
+from lightning_multigrid.schedule import BNPlan, GridShape, MultigridSchedule
 
 
 def bn_plan(schedule: MultigridSchedule, shape: GridShape) -> BNPlan:

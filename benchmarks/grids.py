@@ -12,7 +12,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from lightning_multigrid.data.clip_params import ClipRequest
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 @dataclass(frozen=True)

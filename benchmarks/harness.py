@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips, jpeg_decoder
-from lightning_multigrid.schedule.build import GridShape
+from lightning_multigrid.schedule import GridShape
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.store.reader import PackedFrameReader
 from lightning_multigrid.data.tools.extract import extract_frames
 from lightning_multigrid.data.tools.pack import pack_frames
-from lightning_multigrid.schedule.build import GridShape
+from lightning_multigrid.schedule import GridShape
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ from lightning_multigrid.grid import ClipSampling, FixedGrid, GridPlan, GridShap
 from lightning_multigrid.module import GRID_DIMS, VideoClassifier
 from lightning_multigrid.norm import apply_bn_plan, convert_batchnorm
 from lightning_multigrid.norm.convert import BNPlan
-from lightning_multigrid.schedule.build import MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import MultigridSchedule, build_schedule
 from lightning_multigrid.schedule.config import BatchSizing, MultigridConfig, MultigridOptions
 from lightning_multigrid.schedule.cost import measure_clip_costs
 from lightning_multigrid.schedule.lr import MultigridLR

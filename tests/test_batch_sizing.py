@@ -11,7 +11,7 @@ import pytest
 
 from lightning_multigrid.cli.commands import main
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import ClipCost, MultigridConfig, MultigridOptions, ShortRun
 from lightning_multigrid.schedule.preview import GridSizing, format_table, grid_sizings, schedule_to_dict
 from lightning_multigrid.schedule.stages import BNPlan

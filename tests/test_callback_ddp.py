@@ -21,7 +21,7 @@ import torch
 
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import ClipCost, MultigridConfig, MultigridOptions
 
 from conftest import run_ddp_script

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from lightning_multigrid.callback import MultigridCallback
-from lightning_multigrid.schedule.build import GridShape
+from lightning_multigrid.schedule import GridShape
 
 from test_callback import MILESTONES, RecordingNet, fit, make_datamodule, train_manifest  # noqa: F401 (fixture)
 

@@ -29,7 +29,7 @@ from lightning_multigrid.cli.trainer import build_cli
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models import BACKBONES, TWO_PATHWAY_BACKBONES
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import DEFAULT_SHORT_RUN, DEFAULTS, MultigridConfig, ShortRun
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"

@@ -15,7 +15,7 @@ from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.grid import GridShape
 from lightning_multigrid.models import build_backbone
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import ClipCost, MultigridConfig, MultigridOptions
 from lightning_multigrid.schedule.cost import implausible_costs_warning, measure_clip_costs
 

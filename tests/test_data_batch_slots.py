@@ -20,7 +20,7 @@ from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchS
 from lightning_multigrid.data.sources import load_manifest
 from lightning_multigrid.data.tools.pack import pack_frames
 from lightning_multigrid.grid import FixedGrid
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from lightning_multigrid.data.manifests.entries import ManifestError
 from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.grid import ClipSampling, EvalViews
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 from conftest import BROKEN_KINDS, VideoFactory
 

@@ -17,7 +17,7 @@ from lightning_multigrid.data.reader_settings import ReaderSettings
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.transfer import BatchTransfer
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 def schedule() -> MultigridSchedule:

@@ -11,7 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Seque
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler, clip_seed
-from lightning_multigrid.schedule.build import GridShape, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridSchedule, build_schedule
 from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
 
 MODES: dict[str, dict[str, Any]] = {

@@ -22,7 +22,7 @@ from lightning_multigrid.data.sampler import ShortCycleBatchSampler
 from lightning_multigrid.data.synthetic import SyntheticData, SyntheticDataset
 from lightning_multigrid.data.transfer import normalize_video
 from lightning_multigrid.grid import ClipSampling, EvalViews, FixedGrid
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 # Base shape B=1, T=8, S=32, tau=2; the 16-video synthetic set gives 1 to 7 batches an epoch.
 BASE: dict[str, Any] = dict(batch_size=1, num_frames=8, crop_size=32, sampling_rate=2)

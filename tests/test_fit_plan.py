@@ -17,7 +17,7 @@ from lightning_multigrid.fit.plan import (
     short_run_option,
 )
 from lightning_multigrid.grid import ClipSampling, GridShape
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import DEFAULTS, ClipCost, MultigridConfig, MultigridOptions, ShortRun
 from lightning_multigrid.schedule.lr import Warmup, WarmupSearch
 from lightning_multigrid.schedule.preview import format_table

@@ -14,7 +14,7 @@ from lightning_multigrid.grid import (
     count_batches,
     default_jitter_scales,
 )
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
 
 

@@ -10,7 +10,7 @@ import torch
 from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, MultiStepLR, OneCycleLR, SequentialLR
 
 from lightning_multigrid.grid import GridShape
-from lightning_multigrid.schedule.build import build_schedule
+from lightning_multigrid.schedule import build_schedule
 from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions
 from lightning_multigrid.schedule.lr import (
     BaselineLR,

@@ -22,7 +22,7 @@ from lightning_multigrid.models import (
     make_multigrid_compatible,
     preflight,
 )
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, build_schedule
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=FutureWarning)

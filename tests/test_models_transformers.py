@@ -29,7 +29,7 @@ from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.models import build_backbone, make_multigrid_compatible, preflight, weights_names
 from lightning_multigrid.models.mvit import GridPositionalEncoding, MultigridMViT
 from lightning_multigrid.module import VideoClassifier
-from lightning_multigrid.schedule.build import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
 from lightning_multigrid.schedule.preview import format_table
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"

@@ -34,3 +34,11 @@ def test_old_path_gives_the_same_classes_in_a_fresh_process() -> None:
 def test_no_moved_module_is_left_at_its_old_place() -> None:
     top = Path(lightning_multigrid.__file__).parent.parent
     assert [old for old in MOVED if (top / f"{old.replace('.', '/')}.py").exists()] == []
+
+
+def test_the_schedule_room_offers_every_name_the_schedule_module_did() -> None:
+    import lightning_multigrid.schedule as room
+    from lightning_multigrid.schedule import build
+
+    assert sorted(room.__all__) == sorted(build.__all__)
+    assert all(getattr(room, name) is getattr(build, name) for name in build.__all__)

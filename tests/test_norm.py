@@ -19,7 +19,7 @@ from lightning_multigrid.norm import (
     get_sync_group,
     revert_batchnorm,
 )
-from lightning_multigrid.schedule.build import BNPlan
+from lightning_multigrid.schedule import BNPlan
 
 C = 3
 

@@ -106,7 +106,7 @@ _DDP_SCRIPT = textwrap.dedent(
 
     from lightning_multigrid.norm import MultigridBatchNorm, apply_bn_plan
     from lightning_multigrid.plugins import MultigridBatchNormSync
-    from lightning_multigrid.schedule.build import BNPlan
+    from lightning_multigrid.schedule import BNPlan
 
 
     class TinyVideoModel(pl.LightningModule):

@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from lightning_multigrid.grid import GridShape
+from lightning_multigrid.schedule import build_schedule, grid_counts
 from lightning_multigrid.schedule.allocation import ShortScheduleWarning
-from lightning_multigrid.schedule.build import build_schedule, grid_counts
 from lightning_multigrid.schedule.config import MultigridConfig, MultigridOptions, ShortRun
 from lightning_multigrid.schedule.stages import BNPlan, plan_batchnorm
 

@@ -8,8 +8,8 @@ short cycle and BatchNorm plan), ``allocation`` (the paper's epochs per stage) a
 ``lr`` (the user's LR schedulers on the baseline timeline) and ``cost`` (measuring each grid's cost
 per clip, with torch). Only ``lr`` and ``cost`` import torch.
 
-``from lightning_multigrid.schedule import build_schedule`` keeps working: the names of ``build``
-(the module this room replaced) are imported from it on first access.
+``from lightning_multigrid.schedule import build_schedule, MultigridConfig`` keeps working: every name of
+``build`` (the module this room replaced) is imported from it on first access.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ from typing import Any
 
 from lightning_multigrid._lazy import lazy_attribute
 
-_BUILD = "lightning_multigrid.schedule.build"
-_LAZY = {name: _BUILD for name in ("GridCount", "MultigridSchedule", "build_schedule", "grid_counts")}
+# Every name the module ``schedule.py`` offered (``build.__all__``: its own and those it re-exported).
+_NAMES = (
+    "GridCount", "MultigridSchedule", "build_schedule", "grid_counts", "DEFAULT_LONG_CYCLE_FACTORS",
+    "DEFAULT_SHORT_CYCLE_FACTORS", "PRETRAINED_LONG_CYCLE_FACTORS", "SHORT_RUN_BASELINE_STEPS", "BNPlan", "GridShape",
+    "MultigridConfig", "MultigridOptions", "ShortRun", "ShortScheduleWarning", "Stage", "check_milestones",
+    "default_long_cycle_factors", "plan_batchnorm",
+)
+_LAZY = dict.fromkeys(_NAMES, "lightning_multigrid.schedule.build")
 
 __all__ = list(_LAZY)
 
