@@ -98,7 +98,7 @@ from gpu_loader import (
     stage_table,
 )
 from gpu_model import batch_sizing_table, compile_table, markdown_sizing, model_table, precision_and_layout
-from grids import benchmark_schedule
+from grids import benchmark_schedule, parse_shape
 from harness import Report, Setup, environment, grid_rows, markdown_head, markdown_json, markdown_tail
 
 from lightning_multigrid.data.dataset import TrainVideoDataset
@@ -160,14 +160,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base", type=parse_shape, help="base grid BxTxS (default 8x16x112; the paper's resolution: 8x8x224)")
     parser.add_argument("--sampling-rate", type=int, help="frame stride at the base (default 4)")
     return parser.parse_args(argv)
-
-
-def parse_shape(text: str) -> GridShape:
-    try:
-        batch, frames, crop = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not BxTxS (e.g. 8x8x224)") from None
-    return GridShape(batch, frames, crop)
 
 
 def with_base(setup: Setup, base: GridShape | None, sampling_rate: int | None) -> Setup:

@@ -6,6 +6,7 @@ has ``benchmarks/`` first on ``sys.path``.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 from collections.abc import Collection, Iterator
@@ -13,6 +14,15 @@ from dataclasses import dataclass
 
 from lightning_multigrid.data.clip_params import ClipRequest
 from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+
+
+def parse_shape(text: str) -> GridShape:
+    """A grid written ``BxTxS`` (``8x8x224``): an argparse ``type``."""
+    try:
+        batch, frames, crop = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not BxTxS (e.g. 8x8x224)") from None
+    return GridShape(batch, frames, crop)
 
 
 @dataclass(frozen=True)

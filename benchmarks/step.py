@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
+from grids import parse_shape
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
@@ -77,7 +78,10 @@ CLOCK: list[Callable[[], float]] = [time.perf_counter]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", default="8x8x64,8x8x32", help="base shapes BxTxS, comma-separated (demo, fine-tuning)")
+    parser.add_argument(
+        "--base", type=lambda text: [parse_shape(shape) for shape in text.split(",")], default="8x8x64,8x8x32",
+        help="base shapes BxTxS, comma-separated (demo, fine-tuning)",
+    )
     parser.add_argument("--epochs", type=int, default=40, help="baseline epochs of the schedule")
     parser.add_argument("--milestones", type=int, nargs="*", default=[30, 36], help="baseline LR milestones")
     parser.add_argument("--no-long-cycle", action="store_true")
@@ -103,18 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny settings, every section, a few seconds")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.base, args.epochs, args.milestones, args.width = "2x4x16", 4, [3], 2
+        args.base, args.epochs, args.milestones, args.width = [GridShape(2, 4, 16)], 4, [3], 2
         args.repeats, args.warmup, args.callback_steps, args.compile_backend = 1, 0, 12, "eager"
         args.batch_sizing = "flops"  # timed costs of 16-pixel grids at 2 clips are noise: a grid may get 1 clip
     return args
-
-
-def parse_shape(text: str) -> GridShape:
-    try:
-        batch, frames, crop = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise SystemExit(f"--base: {text!r} is not BxTxS (e.g. 8x8x64).") from None
-    return GridShape(batch, frames, crop)
 
 
 def build(args: argparse.Namespace, base: GridShape, batch_sizing: BatchSizing = "equation1") -> MultigridConfig:
@@ -410,7 +406,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "bases": [],
     }
     text = []
-    for base in (parse_shape(b) for b in args.base.split(",")):
+    for base in args.base:
         schedule = build_schedule(build(args, base))
         rows = measure_grids(args, schedule, device)
         entry: dict[str, Any] = {"base": f"{base.batch_size} x {base.num_frames} x {base.crop_size}", "grids": rows}
