@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from grids import drawn_grids, selected_grids
+from grids import bn_plans, drawn_grids, selected_grids
 from harness import Setup, synchronize
 
 from lightning_multigrid.module import VideoClassifier
@@ -22,11 +22,8 @@ from lightning_multigrid.schedule import BNPlan, GridShape, MultigridSchedule
 
 
 def bn_plan(schedule: MultigridSchedule, shape: GridShape) -> BNPlan:
-    """Multigrid's BatchNorm grouping at a grid: the plan of the stage that serves it."""
-    for stage in schedule.stages:
-        if shape == stage.shape or shape in stage.short_cycle:
-            return stage.bn
-    return BNPlan()
+    """Multigrid's BatchNorm grouping at a grid: the plan it first trains with (plain BatchNorm off the schedule)."""
+    return bn_plans(schedule).get(shape, BNPlan())
 
 
 def build_model(setup: Setup, channels_last: bool = False, backbone: str | None = None) -> torch.nn.Module:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 from lightning_multigrid.data.clip_params import ClipRequest
-from lightning_multigrid.schedule import GridShape, MultigridConfig, MultigridSchedule, build_schedule
+from lightning_multigrid.schedule import BNPlan, GridShape, MultigridConfig, MultigridSchedule, build_schedule
 
 
 def parse_shape(text: str) -> GridShape:
@@ -23,6 +23,15 @@ def parse_shape(text: str) -> GridShape:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not BxTxS (e.g. 8x8x224)") from None
     return GridShape(batch, frames, crop)
+
+
+def bn_plans(schedule: MultigridSchedule) -> dict[GridShape, BNPlan]:
+    """The BatchNorm plan each grid of ``schedule`` first trains with."""
+    plans: dict[GridShape, BNPlan] = {}
+    for stage in schedule.stages:
+        for grid in schedule.cycle_at(stage.start_epoch):
+            plans.setdefault(grid, stage.bn)
+    return plans
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from grids import parse_shape
+from grids import bn_plans, parse_shape
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
@@ -124,15 +124,6 @@ def build(args: argparse.Namespace, base: GridShape, batch_sizing: BatchSizing =
             long_cycle=not args.no_long_cycle, short_cycle=not args.no_short_cycle, batch_sizing=batch_sizing
         ),
     )
-
-
-def bn_plans(schedule: MultigridSchedule) -> dict[GridShape, BNPlan]:
-    """The BatchNorm plan each grid first trains with."""
-    plans: dict[GridShape, BNPlan] = {}
-    for stage in schedule.stages:
-        for grid in schedule.cycle_at(stage.start_epoch):
-            plans.setdefault(grid, stage.bn)
-    return plans
 
 
 # ------------------------------------------------------------------------ one step
