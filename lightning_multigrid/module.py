@@ -39,7 +39,7 @@ from lightning_multigrid._internals import is_logging_step, mark_dynamic_dims, r
 from lightning_multigrid._lightning import pl, warn_if_the_other_package_is_imported
 from lightning_multigrid.contracts import PathwayDataModule
 from lightning_multigrid.fit.multiview import VideoPredictions, aggregate_views
-from lightning_multigrid.fit.recipe import OptimizerRecipe, check_same_optimizer, decays
+from lightning_multigrid.fit.recipe import OptimizerRecipe, check_same_optimizer
 from lightning_multigrid.models import (
     BACKBONES,
     TWO_PATHWAY_BACKBONES,
@@ -166,15 +166,14 @@ class VideoClassifier(pl.LightningModule):
         check_int("tiny_width", tiny_width, 1)
         if slowfast_alpha is not None:
             check_int("slowfast_alpha", slowfast_alpha, 1)
-        # The optimisation options, checked as one value; the hyper-parameters keep them flat.
-        recipe = OptimizerRecipe(
+        # The optimisation options, checked as one value; the hyper-parameters keep them flat (`recipe`).
+        OptimizerRecipe(
             lr=lr, optimizer=optimizer, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
             warmup_epochs=warmup_epochs, warmup_start_factor=warmup_start_factor, milestones=milestones, gamma=gamma,
             backbone_lr_factor=backbone_lr_factor,
         )
         if not 0 <= dropout_rate < 1:
             raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate!r}.")
-        self._milestones = tuple(recipe.milestones)
         check_bool("pretrained", pretrained, allow_none=True)
 
         # A module object is not a hyper-parameter: a checkpoint holds its weights, not its recipe.
@@ -373,7 +372,7 @@ class VideoClassifier(pl.LightningModule):
         inside (with warm-up, the ``MultiStepLR`` in the ``SequentialLR`` counts from the end of
         the warm-up and holds ``milestone - warmup_epochs``).
         """
-        return self._milestones
+        return tuple(self.recipe.milestones)
 
     @property
     def pretrained(self) -> bool:
@@ -399,22 +398,8 @@ class VideoClassifier(pl.LightningModule):
         ``backbone/decay``, ``backbone/no_decay`` (the rest, at ``lr * backbone_lr_factor``).
         """
         recipe = self.recipe
-        factor = recipe.backbone_lr_factor
-        head = {f"backbone.{key}" for key in classifier_keys(self.backbone, self.num_classes)} if factor != 1 else set()
-        groups: dict[tuple[str, bool], list[nn.Parameter]] = {}
-        for name, parameter in self.named_parameters():
-            if parameter.requires_grad:
-                part = "" if factor == 1 else ("head/" if name in head else "backbone/")
-                groups.setdefault((part, decays(name, parameter)), []).append(parameter)
-        return [
-            {
-                "name": f"{part}{'decay' if decaying else 'no_decay'}",
-                "params": params,
-                "weight_decay": recipe.weight_decay if decaying else 0.0,
-                **({"lr": recipe.lr * factor} if part == "backbone/" else {}),
-            }
-            for (part, decaying), params in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))
-        ]
+        keys = classifier_keys(self.backbone, self.num_classes) if recipe.backbone_lr_factor != 1 else ()
+        return recipe.parameter_groups(self.named_parameters(), head={f"backbone.{key}" for key in keys})
 
     @override
     def configure_optimizers(self) -> Any:

@@ -43,3 +43,19 @@ def test_the_scheduler_warms_up_then_decays_at_the_absolute_milestones():
         scheduler.step()
     # Epochs 0-1 ramp from 0.2 * 0.5 to 0.2 (LinearLR over 2 epochs); 0.2 until 4, 0.02 until 6, then 0.002.
     assert lrs == pytest.approx([0.1, 0.15, 0.2, 0.2, 0.02, 0.02, 0.002, 0.002])
+
+
+def test_parameter_groups_split_decay_and_the_head_at_its_own_lr():
+    weight, bias, table = (torch.nn.Parameter(torch.zeros(*shape)) for shape in ((4, 3), (4,), (5, 2)))
+    frozen, head = torch.nn.Parameter(torch.zeros(2, 2), requires_grad=False), torch.nn.Parameter(torch.zeros(2, 4))
+    named = [("conv.weight", weight), ("conv.bias", bias), ("relative_position_bias_table", table),
+             ("stem.weight", frozen), ("fc.weight", head)]
+    plain = RECIPE.parameter_groups(named, head=set())
+    assert [(g["name"], len(g["params"]), g["weight_decay"], "lr" in g) for g in plain] == [
+        ("decay", 2, 1e-4, False), ("no_decay", 2, 0.0, False)  # the frozen weight is left out
+    ]
+    split = dataclasses.replace(RECIPE, backbone_lr_factor=0.1).parameter_groups(named, head={"fc.weight"})
+    assert [(g["name"], [id(p) for p in g["params"]], g.get("lr")) for g in split] == [
+        ("backbone/decay", [id(weight)], pytest.approx(0.02)), ("backbone/no_decay", [id(bias), id(table)], pytest.approx(0.02)),
+        ("head/decay", [id(head)], None),
+    ]

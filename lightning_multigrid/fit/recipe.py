@@ -8,7 +8,7 @@ keeps them flat in its signature (LightningCLI's ``--model.lr``) and in its hype
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
@@ -86,6 +86,28 @@ class OptimizerRecipe:
     def from_hparams(cls, hparams: Mapping[str, Any]) -> OptimizerRecipe:
         """The recipe of a module's hyper-parameters (as Lightning's LR finder leaves them)."""
         return cls(**{f.name: hparams[f.name] for f in fields(cls)})
+
+    def parameter_groups(self, named_parameters: Iterable[tuple[str, nn.Parameter]], head: Set[str]) -> list[dict[str, Any]]:
+        """The optimizer's parameter groups: ``decay`` and ``no_decay`` (:func:`decays`), trainable parameters only.
+
+        With ``backbone_lr_factor`` != 1: ``head/decay``, ``head/no_decay`` (the parameters named in ``head``, at
+        ``lr``) and ``backbone/decay``, ``backbone/no_decay`` (the rest, at ``lr * backbone_lr_factor``).
+        """
+        factor = self.backbone_lr_factor
+        groups: dict[tuple[str, bool], list[nn.Parameter]] = {}
+        for name, parameter in named_parameters:
+            if parameter.requires_grad:
+                part = "" if factor == 1 else ("head/" if name in head else "backbone/")
+                groups.setdefault((part, decays(name, parameter)), []).append(parameter)
+        return [
+            {
+                "name": f"{part}{'decay' if decaying else 'no_decay'}",
+                "params": params,
+                "weight_decay": self.weight_decay if decaying else 0.0,
+                **({"lr": self.lr * factor} if part == "backbone/" else {}),
+            }
+            for (part, decaying), params in sorted(groups.items(), key=lambda item: (item[0][0], not item[0][1]))
+        ]
 
     def build_optimizer(self, groups: Iterable[dict[str, Any]]) -> torch.optim.Optimizer:
         """SGD with (Nesterov) momentum, or AdamW with betas ``(0.9, 0.999)``, over parameter groups."""
