@@ -103,6 +103,7 @@ from harness import Report, Setup, environment, grid_rows, markdown_head, markdo
 
 from lightning_multigrid.data.dataset import TrainVideoDataset
 from lightning_multigrid.data.reader_settings import ReaderSettings
+from lightning_multigrid.data.tools.pack import store_levels
 from lightning_multigrid.schedule import GridShape, MultigridSchedule
 
 FULL = Setup(
@@ -164,11 +165,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def with_base(setup: Setup, base: GridShape | None, sampling_rate: int | None) -> Setup:
     """``setup`` at another base grid: the videos' short side at least the store's level 0 (the jitter maximum,
-    320 for a 224 crop), the width in the same 340:256 proportion."""
+    320 for a 224 crop: what ``pack_frames`` packs), the width in the same 340:256 proportion."""
     if base is None and sampling_rate is None:
         return setup
     base = base or setup.base
-    level0 = round(320 * base.crop_size / 224)
+    level0 = store_levels(base.crop_size)[0]
     height = max(setup.video_size[1], level0 + level0 % 2)
     width = max(setup.video_size[0], 2 * round(height * 340 / 256 / 2))
     return dataclasses.replace(setup, base=base, sampling_rate=sampling_rate or setup.sampling_rate,

@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from grids import parse_shape
 
 from lightning_multigrid._lightning import pl
 from lightning_multigrid.callback import MultigridCallback
@@ -146,8 +147,8 @@ def load_rates(path: Path = RATES_FILE, layout: str = "contiguous") -> tuple[dic
 
 def rates_base(description: dict[str, Any]) -> tuple[int, int]:
     """Frames and crop of the base the rates file was measured at (its ``"base"``, ``"B x T x S"``)."""
-    _, frames, crop = (int(v) for v in description["base"].split(" x "))
-    return frames, crop
+    base = parse_shape(description["base"].replace(" ", ""))
+    return base.num_frames, base.crop_size
 
 
 class StepTimes:
