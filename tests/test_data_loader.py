@@ -96,6 +96,30 @@ def test_an_abandoned_epoch_does_not_mix_the_next(synthetic_dataset: SyntheticDa
     assert full == [b["index"].tolist() for b in reference]
 
 
+class IndexClips(torch.utils.data.Dataset[dict[str, Any]]):
+    """Clips of zeros that carry their index: what the loader does with batches, whatever the clips."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {"video": torch.zeros(3, 2, 4, 4, dtype=torch.uint8), "label": 0, "index": index, "skipped": ()}
+
+
+def test_a_pass_abandoned_before_its_first_batch_leaves_the_next_whole() -> None:
+    # A batch sampler without epochs, decoding ahead: the pass opens at `iter()` and cuts its first batches.
+    # The next pass draws the same clips first, so it takes them, and every batch after (it once yielded none).
+    batches = [[start, start + 1] for start in range(0, 16, 2)]
+    loader = ChunkedDataLoader(
+        IndexClips(), batch_sampler=batches, min_chunk_size=2, num_workers=1, collate_fn=collate_clips,
+        persistent_workers=True, decode_ahead=DecodeAhead(BatchTransfer().decode, torch.device("cpu")),
+    )
+    iter(loader)  # abandoned before its first batch
+    for _ in range(2):
+        assert [b["index"].tolist() for b in loader] == batches
+    loader.close()
+
+
 def test_lightning_re_creates_it_with_its_sampler(synthetic_dataset: SyntheticDataset) -> None:
     from lightning_fabric.utilities.data import _replace_dunder_methods
 

@@ -385,7 +385,6 @@ class ChunkedDataLoader(DataLoader):
             self.collate_fn.slots = self._slots
         self._stream: TaskStream | None = None
         self._running: Any = None  # the DataLoader's iterator the passes draw from
-        self._passes = 0
         self._pass: Iterator[Any] | None = None  # the running pass over the batches, when decoding ahead
         self._carried: CarriedBatches | None = None  # the next pass's first batches, decoding since this pass's end
 
@@ -488,11 +487,9 @@ class ChunkedDataLoader(DataLoader):
         return iterator
 
     def _pass_tag(self) -> int:
-        """The epoch of the pass about to start (a count of passes for a batch sampler without epochs)."""
-        if isinstance(self.batch_sampler, ShortCycleBatchSampler):
-            return self.batch_sampler.epoch
-        self._passes += 1
-        return -self._passes
+        """The epoch of the pass about to start; 0 for a batch sampler without epochs, which never looks ahead:
+        whether the batches cut before a pass starts are its own is told by their clips (:meth:`_carry_on`)."""
+        return self.batch_sampler.epoch if isinstance(self.batch_sampler, ShortCycleBatchSampler) else 0
 
     def _carry_on(self, stream: TaskStream, tag: int, carried: CarriedBatches | None = None) -> bool:
         """Whether the tasks already cut ahead (the look-ahead; ``carried`` first, taken from them) are this
