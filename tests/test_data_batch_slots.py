@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, slot_bytes_for
+from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, InSlot, slot_bytes_for
 from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.loaders import ChunkedDataLoader, plan_slot_bytes
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
@@ -58,12 +58,18 @@ def assert_same_batches(got: list[dict[str, Any]], expected: list[dict[str, Any]
 
 
 def count_slot_batches(loader: ChunkedDataLoader) -> list[int]:
-    """The slots the loader frees after copying a batch out, in order (one per batch that went through one)."""
+    """The slots of the batches the loader copies out of one, in order (a batch whose clips the workers stacked there)."""
     assert loader._slots is not None
-    freed: list[int] = []
-    release = loader._slots.release
-    loader._slots.release = lambda slot: (freed.append(slot), release(slot))[1]  # type: ignore[method-assign]
-    return freed
+    through: list[int] = []
+    join = loader._join
+
+    def recording(pieces: list[Any], slot: int | None) -> Any:
+        if any(isinstance(piece, dict) and isinstance(piece.get("video"), InSlot) for piece in pieces):
+            through.append(slot)  # type: ignore[arg-type]
+        return join(pieces, slot)
+
+    loader._join = recording  # type: ignore[method-assign]
+    return through
 
 
 def test_store_batches_through_slots_are_bit_identical_at_every_grid(store: Path) -> None:
@@ -72,14 +78,14 @@ def test_store_batches_through_slots_are_bit_identical_at_every_grid(store: Path
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=1, num_workers=2,
                                collate_fn=collate_clips, persistent_workers=True)
     assert loader._slots is not None and loader._slots.slot_bytes == plan_slot_bytes(plan)
-    freed = count_slot_batches(loader)
+    through = count_slot_batches(loader)
     for epoch in (0, 1, 3):  # several grids; big batches cut in chunks, small ones one chunk a batch
         loader.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
         got = list(loader)
         assert_same_batches(got, reference(dataset, plan, epoch))
         assert all(b["video"].is_contiguous() for b in got)
-        assert len(freed) == len(got)  # every batch came through a slot: the workers handed over no clip tensor
-        freed.clear()
+        assert len(through) == len(got)  # every batch came through a slot: the workers handed over no clip tensor
+        through.clear()
 
 
 def test_slowfast_pathways_through_slots(store: Path) -> None:
@@ -87,9 +93,9 @@ def test_slowfast_pathways_through_slots(store: Path) -> None:
     plan = FixedGrid(GridShape(4, 8, 32))
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=2, num_workers=2,
                                collate_fn=collate_clips, persistent_workers=True)
-    freed = count_slot_batches(loader)
+    through = count_slot_batches(loader)
     got = list(loader)
-    assert [v.shape[2] for v in got[0]["video"]] == [2, 8] and len(freed) == len(got)
+    assert [v.shape[2] for v in got[0]["video"]] == [2, 8] and len(through) == len(got)
     assert_same_batches(got, reference(dataset, plan))
 
 
@@ -102,9 +108,9 @@ def test_without_room_in_a_slot_batches_go_the_usual_way(store: Path, slot_bytes
     loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=2, num_workers=2,
                                collate_fn=collate_clips, slot_bytes=slot_bytes, persistent_workers=persistent)
     assert (loader._slots is None) == (slot_bytes != 1000)
-    freed = count_slot_batches(loader) if loader._slots is not None else []
+    through = count_slot_batches(loader) if loader._slots is not None else []
     assert_same_batches(list(loader), reference(dataset, plan))
-    assert not freed
+    assert not through
 
 
 def test_more_batches_in_flight_than_slots(store: Path) -> None:
@@ -114,10 +120,10 @@ def test_more_batches_in_flight_than_slots(store: Path) -> None:
                                persistent_workers=True)
     assert loader._slots is not None
     loader._slots.num_slots = 1  # batches beyond the one slot go the usual way, mixed in order
-    freed = count_slot_batches(loader)
+    through = count_slot_batches(loader)
     got = list(loader)
     assert_same_batches(got, reference(dataset, plan))
-    assert 0 < len(freed) < len(got)
+    assert 0 < len(through) < len(got)
 
 
 def test_batch_slots_layout_and_bookkeeping() -> None:
@@ -153,3 +159,20 @@ def test_slot_bytes_cover_every_grid_of_the_plan() -> None:
     assert largest <= plan_slot_bytes(plan) < largest + 64
     # [slow, fast]: the slow pathway's ceil(T / alpha) frames besides.
     assert slot_bytes_for([(2, 8, 32)], slowfast_alpha=4) == 3 * 2 * (2 + 8) * 32**2
+
+
+def test_a_slot_is_freed_when_its_batch_was_not_written_into_it(store: Path) -> None:
+    # JPEG bytes for the device decode cannot be stacked into a slot: each batch still took one when it was cut.
+    from lightning_multigrid.data.reader_settings import ReaderSettings
+
+    dataset = TrainVideoDataset(store, ReaderSettings(frame_decode="device"))
+    plan = schedule()
+    loader = ChunkedDataLoader(dataset, batch_sampler=batch_sampler(dataset, plan), min_chunk_size=1, num_workers=2,
+                               collate_fn=collate_clips, persistent_workers=True)
+    assert loader._slots is not None and loader._stream is None
+    for epoch in (0, 1, 3):
+        loader.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+        assert len(list(loader)) == len(reference(dataset, plan, epoch))
+        # Every slot is free, or named by a batch cut ahead for the next epoch (its tasks are in flight).
+        held = [cut.slot for cut in loader._stream.pending if cut.slot is not None]  # type: ignore[union-attr]
+        assert sorted(loader._slots._free + held) == list(range(loader._slots.num_slots))

@@ -232,7 +232,8 @@ class CutBatch(NamedTuple):
 
     requests: list[Any]
     parts: int  # its chunks (tasks), whose results come back in order
-    tag: int  # the pass it belongs to: the epoch (or a count of passes for another batch sampler)
+    tag: int  # the pass it belongs to: the epoch (0 for another batch sampler)
+    slot: int | None  # the batch slot its tasks name (None: none was free, or the loader has none)
 
 
 class TaskStream:
@@ -289,7 +290,7 @@ class TaskStream:
         slot = self.slots.acquire() if self.slots is not None else None
         starts = itertools.accumulate((len(c) for c in chunks[:-1]), initial=0)
         self._tasks = iter([ChunkTask(part, slot, start, len(batch)) for part, start in zip(chunks, starts)])
-        self.pending.append(CutBatch(batch, len(chunks), tag))
+        self.pending.append(CutBatch(batch, len(chunks), tag, slot))
         return next(self._tasks)
 
 
@@ -463,9 +464,10 @@ class ChunkedDataLoader(DataLoader):
         started decoding (:class:`CarriedBatches`) while this pass's last ones train."""
         # Pending is empty only once nothing is left to cut: the iterator asks for a task after every result.
         while stream.pending and stream.pending[0].tag == tag:
-            pieces = [next(iterator) for _ in range(stream.pending[0].parts)]
+            cut = stream.pending[0]
+            pieces = [next(iterator) for _ in range(cut.parts)]
             stream.pending.popleft()
-            yield self._join(pieces)
+            yield self._join(pieces, cut.slot)
         if not stream.pending:
             next(iterator, None)  # the DataLoader ends its pass (workers that do not persist stop now)
         elif carry and self._running is iterator and stream.pending[0].tag == tag + 1:
@@ -475,7 +477,7 @@ class ChunkedDataLoader(DataLoader):
             cuts: list[CutBatch] = []
             while stream.pending and stream.pending[0].tag == tag + 1 and len(cuts) < self.decode_ahead.depth + 1:
                 cuts.append(stream.pending.popleft())
-            batches = [self._join([next(iterator) for _ in range(cut.parts)]) for cut in cuts]
+            batches = [self._join([next(iterator) for _ in range(cut.parts)], cut.slot) for cut in cuts]
             self._carried = CarriedBatches(tag + 1, [cut.requests for cut in cuts], self.decode_ahead.start(batches))
 
     def _restart(self, stream: TaskStream, tag: int) -> Any:
@@ -506,16 +508,17 @@ class ChunkedDataLoader(DataLoader):
         stream.follow(batches)
         return True
 
-    def _join(self, pieces: list[Any]) -> Any:
-        """One batch from its chunks: clips in a slot are copied out (one ``torch.cat``), the slot freed."""
-        placed = {p["video"].slot for p in pieces if isinstance(p, dict) and isinstance(p.get("video"), InSlot)}
-        if not placed:
-            return join_batches(pieces, pin_memory=self.pin_memory) if len(pieces) > 1 else pieces[0]
-        assert self._slots is not None
+    def _join(self, pieces: list[Any], slot: int | None) -> Any:
+        """One batch from its chunks: clips in its ``slot`` are copied out (one ``torch.cat``); the slot is freed,
+        also when no chunk was written into it (JPEG bytes, clips that did not fit): every task is back."""
         try:
+            if not any(isinstance(p, dict) and isinstance(p.get("video"), InSlot) for p in pieces):
+                return join_batches(pieces, pin_memory=self.pin_memory) if len(pieces) > 1 else pieces[0]
+            assert self._slots is not None
             return join_batches([_out_of_slot(p, self._slots) for p in pieces], pin_memory=self.pin_memory)
         finally:
-            for slot in placed:
+            if slot is not None:
+                assert self._slots is not None
                 self._slots.release(slot)
 
 
