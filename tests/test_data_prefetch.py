@@ -155,6 +155,25 @@ def test_the_thread_ends_when_a_pass_is_abandoned_or_fails(tmp_path: Path, frame
     assert not decode_threads()
 
 
+def test_a_start_with_batches_decoded_ahead_holds_no_more_than_depth_after_them() -> None:
+    # Host batch k is handed out once k + 2 are pulled (depth 1, plus the one in hand), also after a pass
+    # that starts with two batches decoded ahead: those go first, then the queue is back at `depth`.
+    ahead = DecodeAhead(lambda batch, device: None, torch.device("cpu"), depth=1)
+    pulled: list[int] = []
+
+    def host(count: int) -> Any:
+        for k in range(count):
+            pulled.append(k)
+            yield {"k": k}
+
+    carried = ahead.start([{"k": "c0"}, {"k": "c1"}])  # batches that are not JPEG bytes pass through
+    for started in ([], carried):
+        pulled.clear()
+        seen = [(batch["k"], len(pulled)) for batch in ahead.iterate(host(5), started)]
+        assert seen[len(started):] == [(0, 2), (1, 3), (2, 4), (3, 5), (4, 5)]
+        assert [k for k, _ in seen[:len(started)]] == ["c0", "c1"][:len(started)]
+
+
 def test_decode_ahead_refuses_a_depth_beyond_two() -> None:
     with pytest.raises(ValueError, match="`depth`.*1 or 2"):
         DecodeAhead(BatchTransfer().decode, torch.device("cpu"), depth=3)

@@ -100,7 +100,7 @@ class DecodeAhead:
                     pending.append(executor.submit(self._decode, batch, side))
                 else:  # decoded by the reader already: handed out as it is, in its turn
                     pending.append(_done((batch, None)))
-                if len(pending) > self.depth:
+                while len(pending) > self.depth:  # more than `depth` after a start with batches decoded ahead
                     yield self._ready(pending.popleft())
             while pending:
                 yield self._ready(pending.popleft())
