@@ -176,3 +176,20 @@ def test_a_slot_is_freed_when_its_batch_was_not_written_into_it(store: Path) -> 
         # Every slot is free, or named by a batch cut ahead for the next epoch (its tasks are in flight).
         held = [cut.slot for cut in loader._stream.pending if cut.slot is not None]  # type: ignore[union-attr]
         assert sorted(loader._slots._free + held) == list(range(loader._slots.num_slots))
+
+
+def test_no_slots_where_no_clip_is_stacked_into_one(store: Path) -> None:
+    from lightning_multigrid.data.loaders import LoaderSettings, build_train_loader
+    from lightning_multigrid.data.reader_settings import ReaderSettings
+
+    plan, settings = schedule(), LoaderSettings(num_workers=2, persistent_workers=True)
+    pixels, encoded = TrainVideoDataset(store), TrainVideoDataset(store, ReaderSettings(frame_decode="device"))
+    built = {
+        name: build_train_loader(dataset, plan, settings, epoch=0, rank=0, world_size=1, seed=0)
+        for name, dataset in (("pixels", pixels), ("encoded", encoded))
+    }
+    assert built["pixels"]._slots is not None and built["encoded"]._slots is None  # type: ignore[attr-defined]
+    # A collate function of the user's: the workers hand its batches over as it returns them.
+    other = ChunkedDataLoader(pixels, batch_sampler=batch_sampler(pixels, plan), num_workers=2, persistent_workers=True,
+                              collate_fn=lambda samples: collate_clips(samples))
+    assert other._slots is None

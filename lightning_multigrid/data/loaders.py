@@ -49,8 +49,9 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, S
 from lightning_multigrid._checks import check_bool, check_int
 from lightning_multigrid._internals import shutdown_loader_workers
 from lightning_multigrid.data.batch_slots import BatchSlots, ChunkTask, FetchedChunk, InSlot, slot_bytes_for
-from lightning_multigrid.data.dataset import collate_clips
+from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch
+from lightning_multigrid.data.decoding.readers import returns_encoded
 from lightning_multigrid.data.prefetch import DecodeAhead, Decoding
 from lightning_multigrid.data.sampler import EpochShardSampler, ShortCycleBatchSampler
 from lightning_multigrid.grid import GridPlan, GridShape
@@ -156,7 +157,7 @@ def build_train_loader(
             persistent_workers=settings.persistent_workers and settings.num_workers > 0,
             chunk_batches=settings.chunk_batches,
             decode_ahead=decode_ahead,
-            slot_bytes=0 if decode_ahead is not None else None,  # JPEG bytes: no pixels to put in slots
+            slot_bytes=0 if isinstance(dataset, TrainVideoDataset) and returns_encoded(dataset.reader) else None,  # JPEG bytes
         )
     return DataLoader(
         dataset,
@@ -395,8 +396,11 @@ class ChunkedDataLoader(DataLoader):
         if slot_bytes is None and isinstance(self.batch_sampler, ShortCycleBatchSampler):
             slot_bytes = plan_slot_bytes(self.batch_sampler.plan, getattr(self.dataset, "slowfast_alpha", None))
         # Persistent workers only: their iterator takes back every task of a pass before the next
-        # pass cuts one, so no worker still writes into a slot handed out again.
-        if not slot_bytes or self.num_workers < 1 or not self.persistent_workers or not isinstance(self.collate_fn, SmallByValue):
+        # pass cuts one, so no worker still writes into a slot handed out again. Only `collate_clips` fills slots.
+        collate = self.collate_fn
+        if not slot_bytes or self.num_workers < 1 or not self.persistent_workers or not (
+            isinstance(collate, SmallByValue) and collate.collate_fn is collate_clips
+        ):
             return None
         return BatchSlots(self.prefetch_factor * self.num_workers + 2, slot_bytes)  # type: ignore[operator]
 
@@ -639,7 +643,7 @@ class SmallByValue:
     def _collate(self, samples: list[Any] | FetchedChunk) -> Any:
         if not isinstance(samples, FetchedChunk):
             return self.collate_fn(samples)
-        if self.slots is not None and self.collate_fn is collate_clips and get_worker_info() is not None:
+        if self.slots is not None and get_worker_info() is not None:  # slots come with `collate_clips` only
             placed = self.slots.write([s["video"] for s in samples.samples], samples.task)
             if placed is not None:
                 return collate_clips(samples.samples, video=placed)
