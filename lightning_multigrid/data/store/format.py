@@ -262,12 +262,10 @@ def remove_released_generations(folder: str | os.PathLike[str]) -> list[str]:
             keep = read_header(path).token
         except ManifestError:
             return []
-        before = {token for p in path.iterdir() if (token := generation_token(p.name))} - {keep}
         try:
-            in_use = remove_unused_generations(path, keep)
+            return remove_unused_generations(path, keep)
         except OSError:  # a read-only disk: nothing to remove there
             return []
-        return sorted(before - set(in_use))
     finally:
         os.close(fd)
 
@@ -316,7 +314,8 @@ _PACKING: dict[str, int] = {}  # folders this process holds the packing lock of,
 
 def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list[str]:
     """Remove the files of every generation but ``keep`` (a token) that no reader holds; call holding
-    :func:`packing_lock`, after ``store.json`` names ``keep``. Returns the tokens left in place (in use).
+    :func:`packing_lock`, after ``store.json`` names ``keep``. Returns the tokens removed (sorted); those a
+    reader holds are left in place, and logged.
 
     A generation's ``videos-<token>.npz`` is unlinked first, while its exclusive lock is held: a reader
     that opened it meanwhile finds it unlinked once it has its shared lock, and reads the header again.
@@ -327,7 +326,7 @@ def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list
         token = generation_token(path.name)
         if token is not None and token != keep:
             by_token.setdefault(token, []).append(path)
-    in_use = []
+    removed, in_use = [], []
     for token, paths in sorted(by_token.items()):
         videos = base / videos_file(token)
         with contextlib.ExitStack() as stack:
@@ -341,9 +340,10 @@ def remove_unused_generations(folder: str | os.PathLike[str], keep: str) -> list
                 videos.unlink()
             for path in paths:
                 path.unlink(missing_ok=True)
+            removed.append(token)
     if in_use:
         logger.info("%s: left in place the files of %d older packing(s) still read by a run.", base, len(in_use))
-    return in_use
+    return removed
 
 
 def _hold_generation(folder: Path) -> tuple[StoreHeader, IO[bytes]]:

@@ -75,7 +75,7 @@ class PackedFrameReader:
         level = self.level_for(index, params)
         wanted, order = distinct_frames(params)
         data = store.frame_bytes(index, level, wanted)
-        if self.frame_decode == "device":
+        if self.encoded:
             return self._encoded(entry, level, wanted, order, data, params)
         width, height = (int(side) for side in store.level_size[index, level])
         try:
