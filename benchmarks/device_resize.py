@@ -9,8 +9,10 @@ of a store level's size (the resize's cost does not depend on the pixels); each 
 crop corner and flip are drawn as training draws them (short side uniform in the grid's jitter range).
 
 Grids: the coarsest of the default multigrid schedule (128 clips x 4 frames at crop 56, short side
-64-80) and the base (8 x 16 x 112, short side 128-160); frame sizes: 106x80 (a store level of 80 px)
-and 212x160 (level 0 of the store ``benchmarks/gpu.py`` packs for crop 112, 340x256 videos).
+64-160) and the base (8 x 16 x 112, short side 128-160), from the schedule itself; frame sizes: 106x80
+(a store level of 80 px) and 212x160 (level 0 of the store ``benchmarks/gpu.py`` packs for crop 112,
+340x256 videos). A level serves the draws up to its short side (the reader takes the smallest level at
+least the drawn size): from 106x80, the coarsest grid's 64-80; the base grid never reads it.
 
     python benchmarks/device_resize.py                 # CPU, one thread (the issue's measurement)
     python benchmarks/device_resize.py --device cuda --threads 16
@@ -22,37 +24,47 @@ batched / per-clip of each (below 1: the batched one is faster; on a shared mach
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
+from grids import benchmark_schedule, selected_grids
 
-from lightning_multigrid.data.clip_params import ClipParams
+from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
 from lightning_multigrid.data.decoding.device import crop_resize_flip, crop_resize_flip_per_clip
 from lightning_multigrid.data.decoding.frames import EncodedClip
+from lightning_multigrid.schedule import GridShape
 
-# (name, clips, frames, crop, short-side range): the coarsest grid and the base of the default schedule.
-GRIDS = (("coarsest 128x4x56", 128, 4, 56, (64, 80)), ("base 8x16x112", 8, 16, 112, (128, 160)))
 FRAME_SIZES = ((106, 80), (212, 160))  # (width, height) of a store level
+
+
+def default_grids() -> list[tuple[str, int, int, int, tuple[int, int]]]:
+    """(name, clips, frames, crop, short-side range) of the coarsest grid and the base of gpu.py's schedule."""
+    chosen = selected_grids(benchmark_schedule(GridShape(8, 16, 112), 4), ("coarsest", "base"))
+    return [(f"{g.name} {g.shape.batch_size}x{g.shape.num_frames}x{g.shape.crop_size}", g.shape.batch_size,
+             g.shape.num_frames, g.shape.crop_size, g.scale_range) for g in chosen]
+
+
+class Level(NamedTuple):
+    """A store level's frames, as the draws read a video."""
+
+    width: int
+    height: int
+    num_frames: int
 
 
 def batch(
     clips: int, frames: int, crop: int, scales: tuple[int, int], size: tuple[int, int], device: torch.device, seed: int = 0
 ) -> tuple[list[torch.Tensor], list[EncodedClip]]:
     """Decoded frames and their clips, as :func:`crop_resize_flip` gets them after the JPEG decode."""
-    rng = random.Random(seed)
     generator = torch.Generator().manual_seed(seed)
     width, height = size
+    level = Level(width, height, frames)
     images, encoded = [], []
-    for _ in range(clips):
-        short = rng.randint(*scales)
-        resize_w, resize_h = (round(width * short / height), short) if width >= height else (short, round(height * short / width))
-        params = ClipParams(
-            tuple(range(frames)), resize_w, resize_h, rng.randint(0, resize_w - crop), rng.randint(0, resize_h - crop), crop,
-            rng.random() < 0.5,
-        )
+    for k in range(clips):  # drawn as training draws them: short side, crop corner, flip
+        params = sample_clip_params(ClipRequest(k, frames, crop, (1.0, 1.0), scales, seed=seed * clips + k), level)
         images.extend(
             torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=generator).to(device) for _ in range(frames)
         )
@@ -77,13 +89,16 @@ def time_pair(functions: dict[str, Callable[[], object]], repeats: int, device: 
 
 
 def measure(
-    device: torch.device, repeats: int, grids: Sequence[tuple[str, int, int, int, tuple[int, int]]] = GRIDS
+    device: torch.device, repeats: int, grids: Sequence[tuple[str, int, int, int, tuple[int, int]]] | None = None
 ) -> list[dict[str, object]]:
-    """Per grid and frame size: both methods' ms per batch (wall, CPU) and the batched / per-clip ratios."""
+    """Per grid and frame size a level serves it from: both methods' ms per batch (wall, CPU) and the batched /
+    per-clip ratios."""
     rows = []
-    for name, clips, frames, crop, scales in grids:
+    for name, clips, frames, crop, (low, high) in grids or default_grids():
         for size in FRAME_SIZES:
-            images, encoded = batch(clips, frames, crop, scales, size, device)
+            if low > size[1]:
+                continue  # every draw is larger than this level: the reader takes a larger one
+            images, encoded = batch(clips, frames, crop, (low, min(high, size[1])), size, device)
             times = time_pair(
                 {"batched": lambda: crop_resize_flip(images, encoded),  # noqa: B023 (timed at once)
                  "per_clip": lambda: crop_resize_flip_per_clip(images, encoded)},  # noqa: B023
