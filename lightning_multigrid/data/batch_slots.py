@@ -30,6 +30,11 @@ __all__ = ["BatchSlots", "ChunkTask", "FetchedChunk", "InSlot", "slot_bytes_for"
 _ALIGN = 64  # bytes: every pathway's region starts aligned, so it can be viewed as any dtype
 
 
+def _aligned(num_bytes: int) -> int:
+    """``num_bytes`` rounded up to a multiple of :data:`_ALIGN`: a pathway's region in a slot."""
+    return -(-num_bytes // _ALIGN) * _ALIGN
+
+
 class ChunkTask(list):
     """The clip requests of one chunk: clips ``start .. start + len(self)`` of a batch of
     ``batch_size`` clips whose clips go to ``slot`` (``None``: no slot, the usual hand-over)."""
@@ -50,12 +55,12 @@ class FetchedChunk(NamedTuple):
 
 
 class InSlot(NamedTuple):
-    """Where a chunk's clips lie in a slot: for each pathway ``(byte offset, dtype name, clip shape)``
+    """Where a chunk's clips lie in a slot: for each pathway ``(byte offset, dtype, clip shape)``
     of the batch's region, the clips ``start .. start + num_clips`` of ``batch_size``. Pickled by
     value: a few numbers cross to the main process instead of the clips."""
 
     slot: int
-    layout: tuple[tuple[int, str, tuple[int, ...]], ...]
+    layout: tuple[tuple[int, torch.dtype, tuple[int, ...]], ...]
     start: int
     num_clips: int
     batch_size: int
@@ -117,8 +122,8 @@ class BatchSlots:
             first = clips[0]
             if not isinstance(first, torch.Tensor) or first.device.type != "cpu":
                 return None
-            layout.append((offset, str(first.dtype).removeprefix("torch."), tuple(first.shape)))
-            offset += -(-task.batch_size * first.numel() * first.element_size() // _ALIGN) * _ALIGN
+            layout.append((offset, first.dtype, tuple(first.shape)))
+            offset += _aligned(task.batch_size * first.numel() * first.element_size())
         if offset > self.slot_bytes:
             return None
         placed = InSlot(task.slot, tuple(layout), task.start, len(videos), task.batch_size, pathways)
@@ -133,8 +138,7 @@ class BatchSlots:
         """The chunk's clips in the slot, one ``(num_clips, *clip shape)`` view per pathway (no copy)."""
         buffer = self.buffers[placed.slot]
         out = []
-        for offset, dtype_name, shape in placed.layout:
-            dtype = getattr(torch, dtype_name)
+        for offset, dtype, shape in placed.layout:
             numel = placed.batch_size * math.prod(shape)
             region = buffer[offset : offset + numel * dtype.itemsize].view(dtype).view(placed.batch_size, *shape)
             out.append(region[placed.start : placed.start + placed.num_clips])
@@ -152,6 +156,6 @@ def slot_bytes_for(shapes: Iterable[tuple[int, int, int]], channels: int = 3, sl
     largest = 0
     for batch_size, num_frames, crop_size in shapes:
         frames = [num_frames] if slowfast_alpha is None else [-(-num_frames // slowfast_alpha), num_frames]
-        size = sum(-(-batch_size * channels * t * crop_size**2 // _ALIGN) * _ALIGN for t in frames)
+        size = sum(_aligned(batch_size * channels * t * crop_size**2) for t in frames)
         largest = max(largest, size)
     return largest
