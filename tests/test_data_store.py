@@ -17,7 +17,7 @@ from lightning_multigrid.callback import MultigridCallback
 from lightning_multigrid.cli.commands import main
 from lightning_multigrid.data.clip_params import ClipRequest, sample_clip_params
 from lightning_multigrid.data.datamodule import MultigridVideoDataModule
-from lightning_multigrid.data.dataset import TrainVideoDataset, collate_clips
+from lightning_multigrid.data.dataset import EvalVideoDataset, TrainVideoDataset, collate_clips
 from lightning_multigrid.data.decoding.device import EncodedBatch, decode_clips
 from lightning_multigrid.data.decoding.errors import VideoDecodeError
 from lightning_multigrid.data.decoding.readers import FrameFolderReader
@@ -32,6 +32,7 @@ from lightning_multigrid.data.synthetic import SyntheticDataset
 from lightning_multigrid.data.tools import pack
 from lightning_multigrid.data.tools.check import check_videos, format_report
 from lightning_multigrid.data.tools.pack import pack_frames, store_levels
+from lightning_multigrid.grid import GridShape
 from lightning_multigrid.module import VideoClassifier
 
 from conftest import BROKEN_KINDS, FRAME_BROKEN_KINDS, BrokenKind, FrameBrokenKind, FrameFactory, VideoFactory
@@ -269,6 +270,10 @@ def test_a_frame_damaged_after_packing_is_a_skip_named_and_counted(
         TrainVideoDataset(store, ReaderSettings(frame_decode=frame_decode), strict=True)[req]  # type: ignore[arg-type]
     report = check_videos(load_manifest(store), workers=1, progress=False)
     assert [f.path for f in report.failures] == [str(tmp_path / "bad")] and "frame 3 of" in (report.failures[0].error or "")
+    # Evaluation too: its one view of the bad video reads every frame.
+    evaluation = EvalVideoDataset(store, ReaderSettings(frame_decode=frame_decode), base_shape=GridShape(1, 12, 32))  # type: ignore[arg-type]
+    view = evaluation[0]
+    assert view["index"] == 1 and view["skipped"] == (str(tmp_path / "bad"),)
 
 
 # ---------------------------------------------------------------------------- interrupt safety
