@@ -42,3 +42,10 @@ def test_the_schedule_room_offers_every_name_the_schedule_module_did() -> None:
 
     assert sorted(room.__all__) == sorted(build.__all__)
     assert all(getattr(room, name) is getattr(build, name) for name in build.__all__)
+
+
+def test_load_manifest_keeps_its_old_path() -> None:
+    from lightning_multigrid.data.manifests.load import load_manifest as old
+    from lightning_multigrid.data.sources import load_manifest
+
+    assert old is load_manifest
